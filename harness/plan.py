@@ -1,0 +1,56 @@
+"""Expand a config into samples: episodes x conditions x replicates, each with a stable id."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import scenarios
+from harness.config import ConditionConfig, Config
+from harness.context import apply
+from harness.types import Episode, GenerationSettings, Request, short_hash
+
+
+@dataclass
+class Sample:
+    episode: Episode
+    condition: str
+    condition_cfg: ConditionConfig
+    request: Request
+
+    @property
+    def sample_id(self) -> str:
+        return self.request.sample_id
+
+
+def model_identity(cfg: Config) -> dict[str, Any]:
+    m = cfg.model
+    return {"name": m.name, "path": m.path, "revision": m.revision, "gguf_package": m.gguf_package, "gguf_file": m.gguf_file,
+            "chat_template_kwargs": dict(m.chat_template_kwargs), "tool_format": m.tool_format}
+
+
+def backend_identity(cfg: Config) -> dict[str, Any]:
+    # what changes outputs, not where they run: dtype does, device and batch size do not
+    return {"name": cfg.backend.name, "dtype": getattr(cfg.backend, "dtype", None)}
+
+
+def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
+    # shared by the conditions of one episode and replicate: paired arms see the same random stream
+    return int(short_hash({"seed": base_seed, "episode": episode_id, "replicate": replicate}, 8), 16)
+
+
+def make_plan(cfg: Config) -> list[Sample]:
+    episodes = scenarios.build_episodes(cfg.scenario)
+    gen = GenerationSettings(**asdict(cfg.model.generation))
+    identity = {"model": model_identity(cfg), "backend": backend_identity(cfg), "generation": asdict(gen)}
+    samples: list[Sample] = []
+    for episode in episodes:
+        for name, ccfg in cfg.conditions.items():
+            messages = apply(episode, ccfg)
+            for replicate in range(cfg.experiment.replicates):
+                seed = sample_seed(cfg.experiment.seed, episode.id, replicate)
+                sid = short_hash({"episode": episode.id, "condition": {"name": name, **asdict(ccfg)},
+                                  "replicate": replicate, "seed": seed, **identity})
+                request = Request(sample_id=sid, episode_id=episode.id, condition=name, replicate=replicate,
+                                  index=len(samples), messages=messages, tools=episode.tools, generation=gen, seed=seed)
+                samples.append(Sample(episode, name, ccfg, request))
+    return samples

@@ -1,0 +1,80 @@
+"""Turning chat messages into what a chat template can show, and splitting thinking from answers.
+
+Templates without tool support (SmolLM2's, for one) drop `tool_calls` and show a `tool` role the
+model never saw in training; for those, calls and results are written into message content in the
+Hermes convention (`<tool_call>` / `<tool_response>`) and the tool schemas go into the system prompt.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from harness.types import Message
+
+HERMES_TOOLS_PROMPT = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>"
+)
+
+
+def template_supports_tools(chat_template: str | None) -> bool:
+    return bool(chat_template) and "tool_calls" in chat_template and "tools" in chat_template
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    args = call["function"].get("arguments", {})
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except json.JSONDecodeError:
+            return args
+    return args
+
+
+def to_hermes(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
+    """Rewrite tool calls/results into plain-content messages (system, user, assistant only)."""
+    out: list[Message] = []
+    tools_text = HERMES_TOOLS_PROMPT.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools)) if tools else ""
+    for i, m in enumerate(messages):
+        role, content = m["role"], m.get("content") or ""
+        if role == "system" and i == 0:
+            out.append({"role": "system", "content": content + tools_text})
+        elif role == "assistant" and m.get("tool_calls"):
+            calls = "\n".join(
+                "<tool_call>\n" + json.dumps({"name": c["function"]["name"], "arguments": _arguments(c)}, ensure_ascii=False) + "\n</tool_call>"
+                for c in m["tool_calls"])
+            out.append({"role": "assistant", "content": (content + "\n" if content else "") + calls})
+        elif role == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"})
+        else:
+            out.append({"role": role, "content": content})
+    if tools_text and (not messages or messages[0]["role"] != "system"):
+        out.insert(0, {"role": "system", "content": tools_text.lstrip()})
+    return out
+
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+    """(reasoning, answer). Handles a prompt that already opened <think> (only </think> in the
+    completion) and a completion cut off before </think> (all reasoning, empty answer)."""
+    if _THINK_CLOSE in text:
+        reasoning, answer = text.split(_THINK_CLOSE, 1)
+        reasoning = reasoning.split(_THINK_OPEN, 1)[-1]
+        return reasoning.strip(), answer.strip()
+    stripped = text.lstrip()
+    if stripped.startswith(_THINK_OPEN):
+        return stripped[len(_THINK_OPEN):].strip(), ""
+    return "", text.strip()
+
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+
+
+def tool_call_spans(answer: str) -> list[str]:
+    """Bodies of Hermes `<tool_call>` blocks; an unterminated last block runs to the end."""
+    return [m.group(1).strip() for m in _TOOL_CALL.finditer(answer)]

@@ -1,0 +1,101 @@
+"""`python -m harness.run`: plan -> generate in batches -> grade -> append records -> report.
+
+Configuration is validated completely before any model loads; finished samples are skipped, so a
+rerun of the same command makes no model call and an interrupted run continues where it stopped.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from harness import manifest
+from harness.config import Config, ConfigError, register, to_typed
+from harness.grading import grade
+from harness.plan import Sample, make_plan, model_identity
+from harness.store import RunLockedError, RunStore, prompt_hash
+from harness.types import Completion, Record
+
+log = logging.getLogger("harness.run")
+register()
+
+
+def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: str) -> Record:
+    label, correct, calls = grade(sample.episode, completion)
+    req = sample.request
+    return Record(
+        sample_id=req.sample_id, episode_id=req.episode_id, scenario=sample.episode.scenario,
+        family=sample.episode.family, params=sample.episode.params, condition=sample.condition,
+        condition_config=asdict(sample.condition_cfg), model=cfg.model.name,
+        model_path=cfg.model.path or f"{cfg.model.gguf_package}/{cfg.model.gguf_file}", backend=cfg.backend.name,
+        generation=asdict(req.generation), replicate=req.replicate, seed=req.seed, prompt_sha256=prompt_sha,
+        prompt_tokens=completion.prompt_tokens, cached_prompt_tokens=completion.cached_prompt_tokens,
+        completion_tokens=completion.completion_tokens, thinking_tokens=completion.thinking_tokens,
+        answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
+        tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
+        latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
+        scripted=completion.scripted, created_at=manifest.now())
+
+
+def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path) -> dict[str, int]:
+    """Run every pending sample of the plan into run_dir. Returns counts for the caller."""
+    from tqdm import tqdm
+
+    plan = make_plan(cfg)
+    with RunStore(run_dir) as store:
+        done = store.done_ids()
+        pending = [s for s in plan if s.sample_id not in done]
+        print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(pending)} already done, "
+              f"{len(pending)} new -> {run_dir}", flush=True)
+        sessions = store.read_manifest().get("sessions", [])
+        session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending)}
+        model_info = {**model_identity(cfg), "backend": cfg.backend.name}
+        store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
+        if pending:
+            from harness.backends import make_backend
+
+            backend = make_backend(cfg)  # the model loads only when there is work to do
+            model_info.update(backend.describe())
+            with tqdm(total=len(pending), unit="sample", desc="generate", disable=not cfg.run.progress,
+                      dynamic_ncols=True) as bar:
+                for start in range(0, len(pending), cfg.run.batch_size):
+                    batch = pending[start:start + cfg.run.batch_size]
+                    completions = backend.generate([s.request for s in batch])
+                    if len(completions) != len(batch):
+                        raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
+                    records, prompts = [], []
+                    for sample, completion in zip(batch, completions):
+                        sha = prompt_hash(completion.prompt_text, sample.request.messages, sample.request.tools)
+                        prompts.append({"prompt_sha256": sha, "messages": sample.request.messages,
+                                        "tools": sample.request.tools, "rendered": completion.prompt_text})
+                        records.append(to_record(sample, completion, cfg, sha))
+                    store.append(records, prompts)
+                    bar.update(len(batch))
+        session["finished_at"] = manifest.now()
+        store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
+    return {"planned": len(plan), "new": len(pending)}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(dcfg: DictConfig) -> None:
+    try:
+        cfg = to_typed(dcfg)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
+        if cfg.run.report:
+            from analysis.report import write_report
+
+            print(write_report([run_dir]))
+    except (ConfigError, RunLockedError) as exc:
+        print(f"statusbench: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""A run directory: append-only records, deduplicated prompts, a manifest, and a writer lock.
+
+records.jsonl gets one line per sample, flushed and fsynced after each batch, so a killed run loses
+at most the batch in flight; a torn last line (killed mid-write) is cut off on the next open.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from filelock import FileLock, Timeout
+
+from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
+
+log = logging.getLogger(__name__)
+
+
+class RunLockedError(RuntimeError):
+    pass
+
+
+def prompt_hash(rendered: str | None, messages: list[Message], tools: list[dict]) -> str:
+    return sha256(rendered if rendered is not None else canonical_json({"messages": messages, "tools": tools}))
+
+
+def _append_lines(path: Path, lines: Iterable[str]) -> None:
+    data = "".join(line + "\n" for line in lines)
+    if not data:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """All complete lines. A torn final line is dropped with a warning (and cut off if repair)."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    good_end = raw.rfind(b"\n") + 1
+    if good_end < len(raw):
+        log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
+        if repair:
+            with open(path, "r+b") as fh:
+                fh.truncate(good_end)
+    rows = []
+    for n, line in enumerate(raw[:good_end].decode("utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} line {n} is corrupt ({exc.msg}); move the file away or fix the line") from None
+    return rows
+
+
+class RunStore:
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.records_path = self.dir / "records.jsonl"
+        self.prompts_path = self.dir / "prompts.jsonl"
+        self.manifest_path = self.dir / "manifest.json"
+        self._lock = FileLock(str(self.dir / ".lock"))
+        self._prompts: set[str] = set()
+
+    def __enter__(self) -> "RunStore":
+        try:
+            self._lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
+        except Timeout:
+            owner = (self.dir / ".lock.pid").read_text().strip() if (self.dir / ".lock.pid").exists() else "?"
+            raise RunLockedError(f"run directory {self.dir} is in use by another statusbench process (pid {owner})") from None
+        (self.dir / ".lock.pid").write_text(str(os.getpid()))
+        self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True)}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+    def done_ids(self) -> set[str]:
+        rows = read_jsonl(self.records_path, repair=True)
+        for row in rows:
+            if row.get("schema_version") != RECORD_SCHEMA_VERSION:
+                raise ValueError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
+                                 f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
+        return {row["sample_id"] for row in rows}
+
+    def append(self, records: list[Record], prompts: list[dict[str, Any]]) -> None:
+        new_prompts = []
+        for p in prompts:
+            if p["prompt_sha256"] not in self._prompts:
+                self._prompts.add(p["prompt_sha256"])
+                new_prompts.append(canonical_json(p))
+        # prompts first: a record never points at a prompt that is not on disk
+        _append_lines(self.prompts_path, new_prompts)
+        _append_lines(self.records_path, (canonical_json(asdict(r)) for r in records))
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, self.manifest_path)
+
+    def read_manifest(self) -> dict[str, Any]:
+        return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}

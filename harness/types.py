@@ -1,0 +1,131 @@
+"""Typed data that flows through a run: episodes, requests, completions, records."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]  # OpenAI chat format: role, content, tool_calls, tool_call_id, name
+
+RECORD_SCHEMA_VERSION = 1
+
+
+def canonical_json(obj: Any) -> str:
+    """One byte string per value: sorted keys, no whitespace, unicode kept."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def short_hash(obj: Any, n: int = 16) -> str:
+    return sha256(canonical_json(obj))[:n]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A limit on calls of one tool per value of one argument (e.g. phone_call per company)."""
+
+    tool: str
+    arg: str
+    limit: int
+
+
+@dataclass
+class Episode:
+    id: str
+    scenario: str
+    family: str
+    params: dict[str, Any]
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    rule: Rule
+    target: str
+    # ground truth a status bar would distil, counted while the trajectory was built
+    facts: dict[str, Any]
+    # "refused" at/over the limit, "complied" below it (control cells)
+    expected: str
+    # one tag per message (system, request, call_record, distractor, assistant, question)
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GenerationSettings:
+    """Provider-neutral decoding settings; temperature 0 means greedy."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Request:
+    sample_id: str
+    episode_id: str
+    condition: str
+    replicate: int
+    index: int  # position in the run's plan, for order-matched scripted replay
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    generation: GenerationSettings
+    seed: int
+
+
+@dataclass
+class Completion:
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # API-style, if the backend returned any
+    prompt_text: str | None = None  # exactly what the model saw, when the backend rendered it
+    prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    thinking_tokens: int | None = None
+    answer_tokens: int | None = None
+    latency_s: float | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    scripted: bool = False
+
+
+@dataclass
+class Record:
+    sample_id: str
+    episode_id: str
+    scenario: str
+    family: str
+    params: dict[str, Any]
+    condition: str
+    condition_config: dict[str, Any]
+    model: str
+    model_path: str | None
+    backend: str
+    generation: dict[str, Any]
+    replicate: int
+    seed: int
+    prompt_sha256: str
+    prompt_tokens: int | None
+    cached_prompt_tokens: int | None
+    completion_tokens: int | None
+    thinking_tokens: int | None
+    answer_tokens: int | None
+    text: str
+    reasoning: str
+    tool_calls: list[dict[str, Any]]
+    label: str
+    correct: bool
+    expected: str
+    latency_s: float | None
+    finish_reason: str | None
+    error: str | None
+    scripted: bool
+    created_at: str
+    schema_version: int = RECORD_SCHEMA_VERSION
