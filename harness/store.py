@@ -31,7 +31,8 @@ def _append_lines(path: Path, lines: Iterable[str]) -> None:
     data = "".join(line + "\n" for line in lines)
     if not data:
         return
-    with open(path, "a", encoding="utf-8") as fh:
+    # backslashreplace: a lone surrogate from model output is written as its JSON escape and reads back intact
+    with open(path, "a", encoding="utf-8", errors="backslashreplace") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
