@@ -1,27 +1,147 @@
-"""Records of one or many run directories as one pandas DataFrame."""
+"""Records of one or many run directories as one typed pandas DataFrame.
+
+Each run's records.jsonl is parsed once into `records.parquet` beside it; the cache remembers the
+JSONL's size and is rebuilt when the JSONL has grown (a resumed run) or the loader's schema changed.
+Nested fields are flattened (`params.calls_made`, `generation.temperature`, `condition_config.kind`).
+"""
 from __future__ import annotations
 
+import json
+import logging
+import math
+import os
 from pathlib import Path
 
 import pandas as pd
 
+from harness.plan import SHARDS_DIR, run_parts
 from harness.store import read_jsonl
 
+log = logging.getLogger(__name__)
 
-def load_records(run_dirs: list[Path | str]) -> pd.DataFrame:
+# bump when the columns or dtypes below change, so old caches are rebuilt
+CACHE_VERSION = "1"
+CACHE_NAME = "records.parquet"
+
+# outcome labels in the order figures and tables show them
+LABELS = ["violated", "complied", "refused", "other", "error"]
+
+# column -> dtype; a record lacking an optional field (e.g. cost_usd) gets a missing value.
+# Numbers that may be absent are float (NaN = not reported by the backend).
+COLUMNS: dict[str, str] = {
+    "sample_id": "str", "episode_id": "str", "scenario": "str", "family": "str", "condition": "str",
+    "model": "str", "model_path": "str", "backend": "str", "replicate": "int64", "seed": "int64",
+    "prompt_sha256": "str", "prompt_tokens": "float64", "cached_prompt_tokens": "float64",
+    "completion_tokens": "float64", "thinking_tokens": "float64", "answer_tokens": "float64",
+    "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
+    "expected": "str", "latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
+    "scripted": "bool", "created_at": "str", "schema_version": "int64",
+}
+REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
+
+
+def _parse(rows: list[dict], path: Path) -> pd.DataFrame:
+    missing = sorted({k for r in rows for k in REQUIRED if k not in r})
+    if missing:
+        raise ValueError(f"{path}: records lack required fields {missing}; is this a statusbench records file?")
+    for r in rows:  # a list of dicts does not fit one parquet column type; keep it as JSON text
+        r["tool_calls"] = json.dumps(r.get("tool_calls") or [], sort_keys=True)
+    df = pd.json_normalize(rows, max_level=1)
+    for col, dtype in COLUMNS.items():
+        if col not in df:
+            df[col] = pd.Series([None] * len(df), dtype="object")
+        if dtype == "str":
+            df[col] = df[col].astype("object").where(df[col].notna(), None).astype("string")
+        elif dtype == "bool":
+            df[col] = df[col].fillna(False).astype(bool)
+        else:
+            df[col] = pd.to_numeric(df[col]).astype(dtype)
+    for col in df.columns.difference(list(COLUMNS)):
+        # fields outside the schema (scenario parameters, fields added later) may mix types across
+        # records or hold lists; as text they always fit one parquet column
+        if df[col].dtype == object:
+            df[col] = df[col].map(_as_text).astype("string")
+    return df
+
+
+def _as_text(value: object) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
+    """One run's records (typed), from the parquet cache when it is current."""
+    d = Path(run_dir)
+    path = d / "records.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{d} has no records.jsonl: is it a statusbench run directory?")
+    size = path.stat().st_size
+    cached = d / CACHE_NAME
+    if cache and cached.exists():
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(cached).metadata or {}
+        if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
+            return pd.read_parquet(cached)
+    df = _parse(read_jsonl(path), path)
+    if cache and not df.empty:
+        _write_cache(df, cached, size)
+    return df
+
+
+def _write_cache(df: pd.DataFrame, path: Path, jsonl_size: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_size": str(jsonl_size).encode(),
+                b"statusbench_cache": CACHE_VERSION.encode()}
+        pq.write_table(table.replace_schema_metadata(meta), tmp)
+        os.replace(tmp, path)  # readers never see a half-written cache
+    except (OSError, pa.ArrowException) as exc:  # e.g. a read-only results directory: load without the cache
+        log.warning("could not write the parquet cache %s: %s", path, exc)
+        tmp.unlink(missing_ok=True)
+
+
+def run_labels(run_dirs: list[Path]) -> dict[str, str]:
+    """Short, unique names for runs: the directory name, or more of the path when names collide."""
+    paths = [Path(d).resolve() for d in run_dirs]
+    for depth in range(1, max(len(p.parts) for p in paths) + 1):
+        labels = ["/".join(p.parts[-depth:]) for p in paths]
+        if len(set(labels)) == len(set(paths)):
+            return {str(d): lab for d, lab in zip(run_dirs, labels)}
+    return {str(d): str(d) for d in run_dirs}
+
+
+def load_records(run_dirs: list[Path | str], *, cache: bool = True) -> pd.DataFrame:
+    """Records of every run, with `run` (the directory as given) and `run_label` (a short unique name)."""
+    dirs = [Path(d) for d in run_dirs]
+    labels = run_labels(dirs)
     frames = []
-    for d in map(Path, run_dirs):
-        path = d / "records.jsonl"
-        if not path.exists():
-            raise FileNotFoundError(f"{d} has no records.jsonl: is it a statusbench run directory?")
-        rows = read_jsonl(path)
-        if rows:
-            df = pd.json_normalize(rows, max_level=1)
-            df["run"] = str(d)
-            frames.append(df)
+    for d in dirs:
+        # a sharded run keeps one records file per shard; a sample redone in two parts counts once
+        parts = [load_run(p, cache=cache) for p in run_parts(d)]
+        df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True).drop_duplicates("sample_id")
+        if not df.empty:
+            frames.append(df.assign(run=str(d), run_label=labels[str(d)]))
     if not frames:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=[*COLUMNS, "run", "run_label"])
     return pd.concat(frames, ignore_index=True)
+
+
+def find_runs(root: Path | str) -> list[Path]:
+    """Run directories under root: those holding records.jsonl, a sharded run counted once."""
+    found = {p.parent for p in Path(root).glob("**/records.jsonl")}
+    return sorted({p.parent.parent if p.parent.name == SHARDS_DIR else p for p in found})
+
+
+def runs_from_env(default_root: Path | str) -> list[Path]:
+    """The runs named by STATUSBENCH_RUNS (separated by os.pathsep), else every run under default_root."""
+    named = [Path(p) for p in os.environ.get("STATUSBENCH_RUNS", "").split(os.pathsep) if p]
+    return named or find_runs(default_root)
 
 
 def grid_columns(df: pd.DataFrame) -> list[str]:

@@ -1,137 +1,262 @@
-"""`python -m analysis.report RUN_DIR [RUN_DIR ...]`: tables with Wilson intervals, report.md, a figure.
+"""`python -m analysis.report RUN_DIR [RUN_DIR ...]`: report.md, a self-contained report.html and the
+figures (PNG + PDF) of one run, or of several runs side by side (e.g. one per model of a multirun).
 
-Accuracy is over all samples; the violation rate is over cells at or over the limit (expected
-`refused`), the over-refusal rate over control cells below it (expected `complied`).
+The markdown is the single source: the HTML is that markdown rendered, with every figure embedded as
+base64, so it can be mailed or attached to a CI job as one file.
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import importlib
+import importlib.util
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from analysis import tables
 from analysis.load import grid_columns, load_records
-from analysis.stats import wilson
+from analysis.style import num
+
+LABEL_NOTE = ("Labels: `violated` called the target at/over the limit; `complied` called it below the limit "
+              "(control); `refused` answered without calling; `other` a malformed call, another tool or company, "
+              "or no answer; `error` the backend failed for that sample.")
 
 
-def summarize(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    rows = []
-    for key, g in df.groupby(by, sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        limit = g[g["expected"] == "refused"]
-        control = g[g["expected"] == "complied"]
-        acc = wilson(int(g["correct"].sum()), len(g))
-        viol = wilson(int((limit["label"] == "violated").sum()), len(limit))
-        over = wilson(int((control["label"] == "refused").sum()), len(control))
-        rows.append({
-            **dict(zip(by, key)), "n": len(g), "accuracy": acc[0], "acc_low": acc[1], "acc_high": acc[2],
-            "violation_rate": viol[0], "viol_low": viol[1], "viol_high": viol[2], "n_limit": len(limit),
-            "over_refusal_rate": over[0], "over_low": over[1], "over_high": over[2], "n_control": len(control),
-            "errors": int((g["label"] == "error").sum()), "scripted": int(g["scripted"].sum()),
-            "median_thinking_tokens": g["thinking_tokens"].median(), "median_answer_tokens": g["answer_tokens"].median(),
-            "median_latency_s": g["latency_s"].median(),
-        })
-    return pd.DataFrame(rows)
+@dataclass
+class Section:
+    """One part of the report: a heading, a paragraph, optionally a table and/or a figure (a file
+    name, without suffix, of a PNG in the output directory)."""
+
+    title: str
+    text: str = ""
+    table: pd.DataFrame | None = None
+    figure: str | None = None
 
 
-def _ci(rate: float, low: float, high: float) -> str:
-    return "–" if pd.isna(rate) else f"{rate:.2f} [{low:.2f}, {high:.2f}]"
+def ci(est: pd.Series, low: pd.Series, high: pd.Series, fmt: str = ".2f") -> list[str]:
+    def f(x: float) -> str:
+        return "–" if pd.isna(x) else f"{0.0 if abs(x) < 1e-9 else x:{fmt}}"  # float noise around 0 shows as 0
+
+    return ["–" if pd.isna(e) else f"{f(e)} [{f(lo)}, {f(hi)}]" for e, lo, hi in zip(est, low, high)]
 
 
-def _fmt(x: object) -> str:
-    return "–" if pd.isna(x) else f"{x:.3g}" if isinstance(x, float) else str(x)
+def _num(s: pd.Series) -> list[str]:
+    return ["–" if pd.isna(x) else num(x) for x in s]
 
 
-def to_markdown(s: pd.DataFrame, by: list[str]) -> str:
-    table = pd.DataFrame({
-        **{c.removeprefix("params."): s[c] for c in by},
-        "n": s["n"],
-        "accuracy [95% CI]": [_ci(*r) for r in s[["accuracy", "acc_low", "acc_high"]].itertuples(index=False)],
-        "violation rate (n)": [f"{_ci(*r[:3])} ({r[3]})" for r in s[["violation_rate", "viol_low", "viol_high", "n_limit"]].itertuples(index=False)],
-        "over-refusal (n)": [f"{_ci(*r[:3])} ({r[3]})" for r in s[["over_refusal_rate", "over_low", "over_high", "n_control"]].itertuples(index=False)],
-        "errors": s["errors"],
-        "med. thinking tok": s["median_thinking_tokens"].map(_fmt),
-        "med. answer tok": s["median_answer_tokens"].map(_fmt),
-        "med. latency s": s["median_latency_s"].map(_fmt),
+def _p(s: pd.Series) -> list[str]:
+    return ["–" if pd.isna(x) else f"{x:.2g}" if x < 0.001 else f"{x:.3f}" for x in s]
+
+
+def _head(key: str) -> str:
+    """Column heading of a group key."""
+    return "run" if key == "run_label" else key.removeprefix("params.")
+
+
+def _rates_table(t: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({
+        **{_head(k): t[k] for k in keys}, "n": t["n"],
+        "accuracy [95% CI]": ci(t["accuracy"], t["acc_low"], t["acc_high"]),
+        "violation rate [95% CI] (n)": [f"{v} ({n})" for v, n in zip(ci(t["violation_rate"], t["viol_low"], t["viol_high"]), t["n_limit"])],
+        "over-refusal [95% CI] (n)": [f"{v} ({n})" for v, n in zip(ci(t["over_refusal_rate"], t["over_low"], t["over_high"]), t["n_control"])],
+        "errors": t["errors"],
     })
-    return table.to_markdown(index=False)
 
 
-def accuracy_figure(s: pd.DataFrame, path: Path) -> None:
-    import matplotlib
+def _keys(df: pd.DataFrame, *rest: str) -> list[str]:
+    """Group keys, with the run first only when there are several runs."""
+    return (["run_label"] if df["run_label"].nunique() > 1 else []) + list(rest)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    runs = list(dict.fromkeys(s["run"]))
-    conditions = list(dict.fromkeys(s["condition"]))
-    width = 0.8 / len(runs)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(conditions) * max(1, len(runs) * 0.6), 3.4))
-    colors = plt.get_cmap("tab10").colors  # colour-blind-safe enough for a handful of runs; labelled anyway
-    for k, run in enumerate(runs):
-        r = s[s["run"] == run].set_index("condition").reindex(conditions)
-        x = [i + (k - (len(runs) - 1) / 2) * width for i in range(len(conditions))]
-        err = [(r["accuracy"] - r["acc_low"]).fillna(0), (r["acc_high"] - r["accuracy"]).fillna(0)]
-        ax.bar(x, r["accuracy"].fillna(0), width, yerr=err, capsize=4, color=colors[k % 10],
-               label=Path(run).name, edgecolor="black", linewidth=0.5)
-        for xi, (acc, n) in zip(x, zip(r["accuracy"], r["n"])):
-            if not pd.isna(acc):
-                ax.text(xi, 0.02, f"n={int(n)}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(conditions)), conditions)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("accuracy (Wilson 95% CI)")
-    ax.set_title("Rule-following accuracy by condition")
-    if len(runs) > 1:
-        ax.legend(fontsize=7, frameon=False)
-    ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+def sections(df: pd.DataFrame) -> list[Section]:
+    """The tables and figures of the report, in order."""
+    from analysis.figures import FIGURES
+
+    out: list[Section] = []
+    rates = tables.rates(df, ["run_label", "condition"])
+    if df["run_label"].nunique() > 1:
+        side = rates.assign(cell=ci(rates["accuracy"], rates["acc_low"], rates["acc_high"]))
+        out.append(Section("Runs side by side", "Accuracy [Wilson 95% CI] per condition (rows) and run (columns).",
+                           side.pivot(index="condition", columns="run_label", values="cell").reset_index()))
+    out.append(Section("By condition", "Accuracy over all samples; violation rate over cells at or over the limit; "
+                       "over-refusal over control cells below it. Wilson 95% intervals.",
+                       _rates_table(rates, _keys(df, "condition"))))
+
+    try:
+        comp = tables.comparisons(df)
+    except ValueError as exc:  # the arms cannot be paired; the rest of the report still stands
+        out.append(Section("Paired comparison with the baseline condition", f"Not computed: {exc}."))
+        comp = pd.DataFrame()
+    if not comp.empty:
+        out.append(Section(
+            "Paired comparison with the baseline condition",
+            "Each condition against the baseline on the same episodes and replicates. Difference = accuracy of the "
+            "condition minus the baseline, with a 95% bootstrap interval that resamples whole episodes; "
+            "p = exact McNemar test on the discordant pairs (two-sided).",
+            pd.DataFrame({
+                **({"run": comp["run_label"]} if df["run_label"].nunique() > 1 else {}),
+                "baseline": comp["baseline"], "condition": comp["condition"], "pairs": comp["n"],
+                "acc. baseline": _num(comp["acc_a"]), "acc. condition": _num(comp["acc_b"]),
+                "difference [95% CI]": ci(comp["diff"], comp["diff_low"], comp["diff_high"], "+.2f"),
+                "baseline only right": comp["only_a"], "condition only right": comp["only_b"],
+                "McNemar p": _p(comp["p_two_sided"]),
+            })))
+
+    pk = tables.pass_k(df)
+    out.append(Section("pass^k over replicates",
+                       "pass^k: the chance that k replicates of an episode all succeed (k = 1 is accuracy)."
+                       + (" One replicate per episode in these runs: add `experiment.replicates=N`." if pk["replicates"].max() < 2 else ""),
+                       pk[[*_keys(df, "condition"), "episodes", "replicates", *[c for c in pk if c.startswith("pass^")]]]
+                       .rename(columns={"run_label": "run"}).round(3)))
+
+    th = tables.thinking(df)
+    out.append(Section(
+        "Thinking tokens",
+        "Per sample (errors excluded): median and mean with 95% bootstrap intervals; slope = OLS of thinking tokens "
+        "on prompt tokens, in thinking tokens per 1000 prompt tokens, with its 95% t interval (the seed's claim: "
+        "thinking grows with context without the status bar and stays flat with it).",
+        pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"],
+                      "median [95% CI]": ci(th["median"], th["median_low"], th["median_high"], ".1f"),
+                      "mean [95% CI]": ci(th["mean"], th["mean_low"], th["mean_high"], ".1f"),
+                      "slope per 1k prompt tok [95% CI]": ci(th["slope_per_1k"], th["slope_low"], th["slope_high"], ".3g"),
+                      "slope p": _p(th["slope_p"])})))
+
+    cl = tables.cost_latency(df)
+    out.append(Section(
+        "Cost and latency per iteration",
+        "One iteration = one model call (one sample). Latency is the wall time of the backend call, shared by its batch. "
+        "Cost in US$ only where records carry `cost_usd`; tokens per correct answer = (prompt + completion tokens) / correct.",
+        pd.DataFrame({**{_head(k): cl[k] for k in _keys(df, "model", "condition")}, "n": cl["n"],
+                      "correct": cl["correct"], "prompt tok": _num(cl["prompt_tokens_mean"]),
+                      "completion tok": _num(cl["completion_tokens_mean"]), "latency mean s": _num(cl["latency_mean_s"]),
+                      "latency median s": _num(cl["latency_median_s"]), "US$ / iteration": _num(cl["cost_usd_mean"]),
+                      "tokens / correct": _num(cl["tokens_per_correct"]), "US$ / correct": _num(cl["usd_per_correct"])})))
+
+    err = tables.errors(df)
+    out.append(Section("Errors by kind", "No sample failed." if err.empty else
+                       "Samples whose backend call failed, by kind; rate over all samples of the run (Wilson 95%).",
+                       None if err.empty else pd.DataFrame({
+                           "run": err["run_label"], "kind": err["kind"], "count": err["count"],
+                           "rate [95% CI]": ci(err["rate"], err["rate_low"], err["rate_high"], ".3f"), "example": err["example"].str.replace("|", "\\|")})))
+
+    if grid_columns(df):
+        cells = tables.cells(df)
+        keys = _keys(df, "condition", *grid_columns(df))
+        out.append(Section("By cell of the scenario grid", "",
+                           _rates_table(cells, keys)))
+
+    oc = tables.outcomes(df).reset_index()
+    out.append(Section("Outcomes", LABEL_NOTE, oc.drop(columns=[] if df["run_label"].nunique() > 1 else ["run_label"])
+                       .rename(columns={"run_label": "run"}).round(3)))
+    for name, fn in FIGURES.items():
+        out.append(Section(f"Figure: {name.replace('_', ' ')}", " ".join((fn.__doc__ or "").split("\n\n")[0].split()),
+                           figure=name))
+    return out
+
+
+def optional_sections(module: str, df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list[Section]:
+    """Sections from an optional module exposing `sections(df, run_dirs, out_dir) -> list[Section]`
+    (it writes its own figures into out_dir); nothing when the module does not exist."""
+    if importlib.util.find_spec(module) is None:
+        return []
+    return list(importlib.import_module(module).sections(df, run_dirs, out_dir))
+
+
+def to_markdown(df: pd.DataFrame, run_dirs: list[Path], parts: list[Section]) -> str:
+    lines = ["# statusbench report", "",
+             f"Runs: {', '.join(f'`{d}`' for d in run_dirs)}  ",
+             f"Samples: {len(df)} · models: {', '.join(sorted(df['model'].unique()))} · backends: "
+             f"{', '.join(sorted(df['backend'].unique()))}"
+             + (f" · **{int(df['scripted'].sum())} scripted (replayed, not generated)**" if df["scripted"].any() else ""), ""]
+    for s in parts:
+        lines += [f"## {s.title}", ""]
+        if s.text:
+            lines += [s.text, ""]
+        if s.table is not None:
+            lines += [s.table.to_markdown(index=False), ""]
+        if s.figure:
+            lines += [f"![{s.title}]({s.figure}.png)", "", f"PDF: [{s.figure}.pdf]({s.figure}.pdf)", ""]
+    return "\n".join(lines)
+
+
+HTML_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>statusbench report</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 12px; }}
+th, td {{ border: 1px solid #ccc; padding: 3px 7px; text-align: left; }}
+th {{ background: #f3f3f3; }}
+img {{ max-width: 100%; }}
+code {{ background: #f3f3f3; padding: 0 3px; }}
+</style></head><body>
+{body}
+</body></html>
+"""
+
+
+def to_html(markdown: str, out_dir: Path) -> str:
+    """The markdown as one self-contained page: PNG figures become data: URIs."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")  # record text (error messages) stays text
+    tokens = md.parse(markdown)
+    for tok in tokens:
+        for child in tok.children or []:
+            src = child.attrGet("src") if child.type == "image" else None
+            if src and (out_dir / src).is_file():
+                data = base64.b64encode((out_dir / src).read_bytes()).decode("ascii")
+                child.attrSet("src", f"data:image/png;base64,{data}")
+    return HTML_PAGE.format(body=md.renderer.render(tokens, md.options, {}))
+
+
+def default_out(run_dirs: list[Path]) -> Path:
+    """The run itself for one run; for several, their common parent (a Hydra multirun's sweep directory)."""
+    if len(run_dirs) == 1:
+        return run_dirs[0]
+    return Path(os.path.commonpath([str(Path(d).resolve()) for d in run_dirs]))
 
 
 def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
-    """Write report.md and accuracy_by_condition.png into out_dir (default: the first run) and
-    return the markdown."""
-    out = Path(out_dir or run_dirs[0])
+    """Write report.md, report.html and the figures into out_dir (default: `default_out`); return the markdown."""
+    from analysis.figures import FIGURES
+    from analysis.style import save
+
+    run_dirs = [Path(d) for d in run_dirs]
+    out = Path(out_dir) if out_dir else default_out(run_dirs)
+    out.mkdir(parents=True, exist_ok=True)
     df = load_records(run_dirs)
     if df.empty:
         text = "# statusbench report\n\nNo records yet.\n"
-        (out / "report.md").write_text(text)
-        return text
-    by_condition = summarize(df, ["run", "condition"])
-    cells = grid_columns(df)
-    lines = [
-        "# statusbench report", "",
-        f"Runs: {', '.join(f'`{d}`' for d in dict.fromkeys(df['run']))}  ",
-        f"Samples: {len(df)} · models: {', '.join(sorted(df['model'].unique()))} · backends: {', '.join(sorted(df['backend'].unique()))}"
-        + (f" · **{int(df['scripted'].sum())} scripted (replayed, not generated)**" if df["scripted"].any() else ""), "",
-        "## By condition", "", to_markdown(by_condition, ["run", "condition"] if df["run"].nunique() > 1 else ["condition"]), "",
-    ]
-    if cells:
-        lines += ["## By cell of the scenario grid", "", to_markdown(summarize(df, ["condition", *cells]), ["condition", *cells]), ""]
-    outcomes = df.pivot_table(index="condition", columns="label", values="sample_id", aggfunc="count", fill_value=0)
-    lines += ["## Outcomes", "", outcomes.to_markdown(), "",
-              "Labels: `violated` called the target at/over the limit; `complied` called it below the limit (control); "
-              "`refused` answered without calling; `other` a malformed call, another tool or company, or no answer; "
-              "`error` the backend failed for that sample.", "",
-              "![accuracy by condition](accuracy_by_condition.png)", ""]
-    accuracy_figure(by_condition, out / "accuracy_by_condition.png")
-    text = "\n".join(lines)
+    else:
+        parts = sections(df)
+        for name, fn in FIGURES.items():
+            fig = fn(df)
+            save(fig, out, name)
+        parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
+        text = to_markdown(df, run_dirs, parts)
     (out / "report.md").write_text(text)
+    (out / "report.html").write_text(to_html(text, out))
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
-    parser.add_argument("run_dirs", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, default=None, help="where report.md and figures go (default: first run)")
+    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (each holds records.jsonl)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where report.md, report.html and figures go (default: the run; for several runs their common parent)")
     args = parser.parse_args(argv)
     try:
-        print(write_report(args.run_dirs, args.out))
+        write_report(args.run_dirs, args.out)
     except (FileNotFoundError, ValueError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
         return 2
+    out = args.out or default_out(args.run_dirs)
+    print(f"statusbench: wrote {out / 'report.md'}, {out / 'report.html'} and figures (PNG + PDF)")
     return 0
 
 

@@ -57,6 +57,15 @@ class ModelConfig:
     tool_format: str = "auto"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    # vLLM reasoning parser for the family (qwen3, deepseek_r1, openai_gptoss); null: split <think> in the text
+    reasoning_parser: Optional[str] = None
+    # USD per million tokens; null = unknown, and records then carry cost_usd null
+    price_input_per_mtok: Optional[float] = None
+    price_cached_input_per_mtok: Optional[float] = None  # null: cached input billed as input
+    price_output_per_mtok: Optional[float] = None
+    # GPUs the weights need; backend=vllm and the slurm launcher read it (model comes before backend
+    # in the defaults list, so a model preset cannot set backend fields itself)
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         require(self.tool_format in ("auto", "native", "hermes"), "model.tool_format",
@@ -67,6 +76,9 @@ class ModelConfig:
         require(bool(self.path) != bool(self.gguf_package), "model.path",
                 "set exactly one of model.path (HF id or directory) and model.gguf_package "
                 "(to load a local copy: model.path=/dir model.gguf_package=null)")
+        require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
+        for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
+            require(getattr(self, key) is None or getattr(self, key) >= 0, f"model.{key}", f"must be >= 0, got {getattr(self, key)}")
         if self.gguf_package:
             require(bool(self.gguf_file), "model.gguf_file", "required with model.gguf_package")
             require(importlib.util.find_spec(self.gguf_package) is not None, "model.gguf_package",
@@ -85,6 +97,9 @@ class HFBackendConfig(BackendConfig):
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     batch_size: int = 8
+    # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
+    # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
+    share_prefix: bool = True
 
     def __post_init__(self) -> None:
         require(self.device in ("cpu", "cuda", "auto"), "backend.device", f"must be cpu, cuda or auto, got {self.device!r}")
@@ -105,15 +120,96 @@ class ScriptedBackendConfig(BackendConfig):
 
 
 @dataclass
+class OpenAIBackendConfig(BackendConfig):
+    """Any OpenAI-compatible chat-completions server (vllm serve, transformers serve, frontier APIs)."""
+
+    name: str = "openai"
+    base_url: str = "http://127.0.0.1:8000/v1"
+    served_model: Optional[str] = None  # the server's model name; null = model.path, else model.name
+    # name of the environment variable holding the key; the key itself never enters the config
+    api_key_env: Optional[str] = "OPENAI_API_KEY"
+    concurrency: int = 8  # requests in flight at once
+    max_retries: int = 5  # openai client's own exponential backoff with jitter on 408/409/429/5xx/timeouts
+    timeout_s: float = 300.0
+    stream: bool = False  # on: time to first token is measured
+    extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
+
+    def __post_init__(self) -> None:
+        require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
+        require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
+        require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
+        require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
+        if self.api_key_env:
+            require(bool(os.environ.get(self.api_key_env)), "backend.api_key_env",
+                    f"environment variable {self.api_key_env} is not set (or set backend.api_key_env=null for a server without keys)")
+
+
+@dataclass
+class VLLMBackendConfig(BackendConfig):
+    """vLLM offline inference: one vllm.LLM per job, every request of a batch in one call."""
+
+    name: str = "vllm"
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    max_model_len: Optional[int] = None  # null = the model's own
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    enforce_eager: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.dtype in ("auto", "bfloat16", "float16", "float32"), "backend.dtype", f"unknown dtype {self.dtype!r}")
+        require(self.tensor_parallel_size >= 1, "backend.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
+        require(self.max_model_len is None or self.max_model_len >= 1, "backend.max_model_len", f"must be >= 1, got {self.max_model_len}")
+        require(0 < self.gpu_memory_utilization <= 1, "backend.gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+@dataclass
 class ConditionConfig:
     kind: str = "none"
     format: str = "kv"  # status text: kv (key-value lines) | prose (the seed's one-line sentence)
+    # where the bar goes: tail (user message at the end) | head (merged into the system prompt) |
+    # mid (a system message just before the last user turn; strict templates reject it -> `error`)
+    placement: str = "tail"
+    wrapper: str = "none"  # none | system_reminder (<system-reminder> around the bar)
+    internal: bool = False  # visibility="internal" on the <agent_status> tag
+    # code (ground truth) | corrupted (corrupt_fraction of the facts off by one) | none |
+    # model (two-stage: a writer reads the history and writes the bar; harness.context.writer)
+    source: str = "code"
+    writer_overrides: list[str] = field(default_factory=list)  # Hydra overrides for the writer; [] = the run's own
+    writer_max_new_tokens: int = 96
+    corrupt_fraction: float = 0.25
+    history: str = "full"  # full | bar_only (raw call records dropped) | compacted (summary + recent turns)
+    side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
+    turn_meta: bool = False  # prepend <turn_meta> to the last user message
+    loop_guard: bool = False  # replay tool results through the loop guard (block / warn / halt)
+    date: str = "2026-01-15"  # the <turn_meta> date (fixed: prompts stay reproducible)
+    # across a multi-turn trajectory: replace (only the latest bar, the previous one removed) |
+    # append (every turn's bar stays); tool-result reflow only is kind=none
+    update: str = "replace"
 
     def __post_init__(self) -> None:
+        import datetime as dt
+
         from harness.context import CONDITIONS
 
         require(self.kind in CONDITIONS, "condition.kind", f"unknown condition {self.kind!r}; known: {sorted(CONDITIONS)}")
         require(self.format in ("kv", "prose"), "condition.format", f"must be kv or prose, got {self.format!r}")
+        for key, allowed in (("placement", ("tail", "head", "mid")), ("wrapper", ("none", "system_reminder")),
+                             ("source", ("code", "corrupted", "none", "model")), ("history", ("full", "bar_only", "compacted"))):
+            require(getattr(self, key) in allowed, f"condition.{key}", f"must be one of {allowed}, got {getattr(self, key)!r}")
+        require(self.update in ("replace", "append"), "condition.update", f"must be replace or append, got {self.update!r}")
+        require(self.update == "replace" or (self.placement == "tail" and self.history == "full"), "condition.update",
+                "append needs placement=tail and history=full (each turn's bar stays where it was appended)")
+        require(self.source != "model" or self.update == "replace", "condition.source",
+                "model-written bars are written once, for the last turn: use update=replace")
+        require(self.writer_max_new_tokens >= 1, "condition.writer_max_new_tokens", f"must be >= 1, got {self.writer_max_new_tokens}")
+        require(0 < self.corrupt_fraction <= 1, "condition.corrupt_fraction", f"must be in (0, 1], got {self.corrupt_fraction}")
+        try:
+            dt.date.fromisoformat(self.date)
+        except ValueError:
+            raise ConfigError(f"condition.date: must be YYYY-MM-DD, got {self.date!r}") from None
 
 
 @dataclass
@@ -144,10 +240,44 @@ class RunConfig:
     batch_size: int = 16  # samples handed to the backend per call (and per records flush)
     report: bool = True
     progress: bool = True
+    # "i/n": this job runs shard i (0-based) of n of the plan, into <run dir>/shards/i-of-n
+    shard: Optional[str] = None
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")
         require("/" not in self.name and self.name not in ("", ".", ".."), "run.name", f"not a directory name: {self.name!r}")
+        if self.shard is not None:
+            parse_shard(self.shard)
+
+    @property
+    def shard_spec(self) -> tuple[int, int] | None:
+        """(i, n) of run.shard, or None when the job runs the whole plan."""
+        return None if self.shard is None else parse_shard(self.shard)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    i, _, n = str(text).partition("/")
+    require(i.isdigit() and n.isdigit() and int(i) < int(n), "run.shard",
+            f"must be i/n with 0 <= i < n, e.g. 0/4, got {text!r}")
+    return int(i), int(n)
+
+
+@dataclass
+class ProbeConfig:
+    """Attention probe (harness.attention): each completion replayed teacher-forced through HF
+    weights, attention from its tokens to the prompt's regions kept per layer and head."""
+
+    attention: bool = False
+    chunk_size: int = 64  # completion tokens per pass: memory ~ chunk x sequence, one layer at a time
+    strip_layer: int = -1  # layer of the token-level strip over the prompt; negative counts from the last
+    # where the weights replay when the generating backend holds none (scripted, openai, vllm)
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        require(self.chunk_size >= 1, "probe.chunk_size", f"must be >= 1, got {self.chunk_size}")
+        require(self.device in ("cpu", "cuda", "auto"), "probe.device", f"must be cpu, cuda or auto, got {self.device!r}")
+        require(self.dtype in ("float32", "bfloat16", "float16", "auto"), "probe.dtype", f"unknown dtype {self.dtype!r}")
 
 
 @dataclass
@@ -158,6 +288,7 @@ class Config:
     conditions: dict[str, ConditionConfig] = field(default_factory=dict)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
@@ -171,6 +302,8 @@ def register() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="backend", name="hf_schema", node=HFBackendConfig)
     cs.store(group="backend", name="scripted_schema", node=ScriptedBackendConfig)
+    cs.store(group="backend", name="openai_schema", node=OpenAIBackendConfig)
+    cs.store(group="backend", name="vllm_schema", node=VLLMBackendConfig)
     cs.store(group="condition", name="condition_schema", node=ConditionConfig)
     for family in scenarios.FAMILIES.values():
         cs.store(group="scenario", name=f"{family.name}_schema", node=family.config_class)

@@ -15,11 +15,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+import scenarios
 from harness import manifest
+from harness.backends import Backend
 from harness.config import Config, ConfigError, register, to_typed
-from harness.grading import grade
-from harness.plan import Sample, make_plan, model_identity
-from harness.store import RunLockedError, RunStore, prompt_hash
+from harness.context.writer import WriterBackends, fail_unwritten, write_bars
+from harness.cost import cost_usd
+from harness.plan import Sample, make_plan, model_identity, shard_dir
+from harness.store import RunDirError, RunStore, prompt_hash
 from harness.types import Completion, Record
 
 log = logging.getLogger("harness.run")
@@ -27,7 +30,7 @@ register()
 
 
 def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: str) -> Record:
-    label, correct, calls = grade(sample.episode, completion)
+    label, correct, calls = scenarios.grade(sample.episode, completion)  # the family's own grader
     req = sample.request
     return Record(
         sample_id=req.sample_id, episode_id=req.episode_id, scenario=sample.episode.scenario,
@@ -40,14 +43,17 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
-        scripted=completion.scripted, created_at=manifest.now())
+        scripted=completion.scripted, created_at=manifest.now(), cost_usd=cost_usd(cfg.model, completion),
+        ttft_s=completion.ttft_s)
 
 
-def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path) -> dict[str, int]:
-    """Run every pending sample of the plan into run_dir. Returns counts for the caller."""
+def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
+    """Run every pending sample of the plan into run_dir (a shard: its own subdirectory). Returns
+    counts for the caller. `backend`: an already loaded one (the benchmark's); default: load cfg's."""
     from tqdm import tqdm
 
     plan = make_plan(cfg)
+    run_dir = shard_dir(run_dir, cfg.run.shard_spec)
     with RunStore(run_dir) as store:
         done = store.done_ids()
         pending = [s for s in plan if s.sample_id not in done]
@@ -60,13 +66,21 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path) -> dict[str, i
         if pending:
             from harness.backends import make_backend
 
-            backend = make_backend(cfg)  # the model loads only when there is work to do
+            backend = backend or make_backend(cfg)  # the model loads only when there is work to do
             model_info.update(backend.describe())
+            writers = WriterBackends(cfg, backend)
+            probe = None
+            if cfg.probe.attention:
+                from harness.attention.replay import RunProbe
+
+                probe = RunProbe(cfg, backend, run_dir)
+                model_info["attention_probe"] = probe.describe()
             with tqdm(total=len(pending), unit="sample", desc="generate", disable=not cfg.run.progress,
                       dynamic_ncols=True) as bar:
                 for start in range(0, len(pending), cfg.run.batch_size):
                     batch = pending[start:start + cfg.run.batch_size]
-                    completions = backend.generate([s.request for s in batch])
+                    written = write_bars(batch, writers)  # stage one of source=model conditions; {} for others
+                    completions = fail_unwritten(batch, backend.generate([s.request for s in batch]), written)
                     if len(completions) != len(batch):
                         raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
                     records, prompts = [], []
@@ -75,6 +89,9 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path) -> dict[str, i
                         prompts.append({"prompt_sha256": sha, "messages": sample.request.messages,
                                         "tools": sample.request.tools, "rendered": completion.prompt_text})
                         records.append(to_record(sample, completion, cfg, sha))
+                        records[-1].writer = written.get(sample.sample_id)
+                    if probe:
+                        probe.annotate(batch, completions, records)
                     store.append(records, prompts)
                     bar.update(len(batch))
         session["finished_at"] = manifest.now()
@@ -92,10 +109,31 @@ def main(dcfg: DictConfig) -> None:
             from analysis.report import write_report
 
             print(write_report([run_dir]))
-    except (ConfigError, RunLockedError) as exc:
+    except (ConfigError, RunDirError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
         sys.exit(2)
 
 
+def check_yaml(argv: list[str]) -> None:
+    """Hydra shows a YAML syntax error as a library traceback; name the file and line instead."""
+    import yaml
+
+    dirs = [Path(__file__).resolve().parent.parent / "conf"]
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.append(Path(argv[i + 1]))
+        elif arg.startswith("--config-dir="):
+            dirs.append(Path(arg.split("=", 1)[1]))
+    for path in (p for d in dirs for p in sorted(d.rglob("*.yaml"))):
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark else ""
+            print(f"statusbench: error: malformed YAML in {path}{where}: {getattr(exc, 'problem', exc)}", file=sys.stderr)
+            sys.exit(2)
+
+
 if __name__ == "__main__":
+    check_yaml(sys.argv[1:])
     main()

@@ -19,7 +19,11 @@ from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json
 log = logging.getLogger(__name__)
 
 
-class RunLockedError(RuntimeError):
+class RunDirError(ValueError):
+    """A run directory that cannot be written safely: in use, corrupt, or of another schema."""
+
+
+class RunLockedError(RunDirError):
     pass
 
 
@@ -55,7 +59,7 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} line {n} is corrupt ({exc.msg}); move the file away or fix the line") from None
+                raise RunDirError(f"{path} line {n} is corrupt ({exc.msg}); move the file away or fix the line") from None
     return rows
 
 
@@ -86,7 +90,7 @@ class RunStore:
         rows = read_jsonl(self.records_path, repair=True)
         for row in rows:
             if row.get("schema_version") != RECORD_SCHEMA_VERSION:
-                raise ValueError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
+                raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
                                  f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
         return {row["sample_id"] for row in rows}
 

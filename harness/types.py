@@ -49,6 +49,13 @@ class Episode:
     expected: str
     # one tag per message (system, request, call_record, distractor, assistant, question)
     tags: list[str] = field(default_factory=list)
+    # which facts the family's status bar shows (harness.context.status.FACT_KINDS)
+    status_facts: list[str] = field(default_factory=lambda: ["calls"])
+    # index of the first message kept when a condition compacts the history or opens a new cycle
+    # (None: the family has no compaction point), and the summary that replaces what came before
+    compact_at: int | None = None
+    compaction_summary: str = ""
+    workspace: str = "/workspace"
 
 
 @dataclass
@@ -94,6 +101,7 @@ class Completion:
     finish_reason: str | None = None
     error: str | None = None
     scripted: bool = False
+    ttft_s: float | None = None  # time to first token, when the backend streamed
 
 
 @dataclass
@@ -129,3 +137,9 @@ class Record:
     scripted: bool
     created_at: str
     schema_version: int = RECORD_SCHEMA_VERSION
+    cost_usd: float | None = None  # from the model's prices and this sample's token counts
+    ttft_s: float | None = None
+    # "attention.npz#<sample_id>" in the run directory when the attention probe measured this sample
+    attention_ref: str | None = None
+    # condition source=model: the writer's bar, tokens, latency, cost and text (harness.context.writer)
+    writer: dict[str, Any] | None = None

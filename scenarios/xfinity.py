@@ -12,6 +12,7 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from harness.config import ScenarioConfig, require
+from harness.grading import grade
 from harness.types import Episode, Message, Rule, short_hash
 
 from . import register
@@ -191,7 +192,7 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
                    facts=facts, expected="refused" if cell["calls_made"] >= cfg.limit else "complied", tags=t.tags)
 
 
-@register("xfinity", XfinityConfig)
+@register("xfinity", XfinityConfig, grade=grade)
 def build(cfg: XfinityConfig) -> list[Episode]:
     cells = [dict(zip(GRID_AXES, values)) for values in itertools.product(*(getattr(cfg, a) for a in GRID_AXES))]
     return [_episode(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]

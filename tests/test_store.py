@@ -36,3 +36,33 @@ def test_records_of_another_schema_version_are_refused(tmp_path: Path):
     (tmp_path / "records.jsonl").write_text(json.dumps({"sample_id": "x", "schema_version": 0}) + "\n")
     with RunStore(tmp_path) as store, pytest.raises(ValueError, match="schema version"):
         store.done_ids()
+
+
+def test_second_process_is_refused_and_a_dead_owner_lock_is_taken_over(tmp_path: Path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, run_cli
+
+    run_dir = tmp_path / "status_ablation" / "locked"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.store import RunStore\n"
+         f"with RunStore(Path({str(run_dir)!r})):\n    print('held', flush=True); time.sleep(600)"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        completions = tmp_path / "c.jsonl"
+        completions.write_text('{"text": "hi"}\n' * 30)
+        args = ["backend=scripted", f"backend.path={completions}", "backend.match=order", f"run.root={tmp_path}",
+                "run.name=locked", "run.report=false"]
+        res = run_cli(*args)
+        assert res.returncode == 2 and f"in use by another statusbench process (pid {holder.pid})" in res.stderr
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        res = run_cli(*args)  # the kernel dropped the dead owner's lock
+        assert res.returncode == 0, res.stderr
+    finally:
+        if holder.poll() is None:
+            holder.kill()

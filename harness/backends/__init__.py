@@ -29,4 +29,12 @@ def make_backend(cfg: Config) -> Backend:
         from .scripted import ScriptedBackend
 
         return ScriptedBackend(cfg.backend)
+    if name == "openai":
+        from .openai_api import OpenAIBackend
+
+        return OpenAIBackend(cfg.model, cfg.backend)
+    if name == "vllm":
+        from .vllm import VLLMBackend
+
+        return VLLMBackend(cfg.model, cfg.backend)
     raise ValueError(f"backend.name: unknown backend {name!r}")

@@ -1,0 +1,200 @@
+"""Paper figures from records: each function takes the records DataFrame and returns a matplotlib Figure.
+
+Figures are built on `matplotlib.figure.Figure` directly (no pyplot state), so they work the same in
+a script, a test and a notebook. `FIGURES` lists them in report order; `analysis.style.save` writes
+PNG and PDF.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats, tables
+from analysis.load import LABELS, grid_columns
+from analysis.style import COLUMN_WIDTH, FULL_WIDTH, LABEL_COLORS, colors, num, paper_style
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, **kw)
+    return fig, axes
+
+
+def with_series(df: pd.DataFrame) -> pd.DataFrame:
+    """`series`: the model name when each run is one model and no two runs share one, else the run label."""
+    per_run = df.groupby("run_label")["model"].agg(["nunique", "first"])
+    one_model_each = (per_run["nunique"] == 1).all() and per_run["first"].is_unique
+    mapping = per_run["first"] if one_model_each else pd.Series(per_run.index, index=per_run.index)
+    return df.assign(series=df["run_label"].map(mapping))
+
+
+def _grouped_bars(ax, table: pd.DataFrame, group: str, hue: str, value: str, low: str | None, high: str | None,
+                  palette: dict[str, str]) -> None:
+    """Bars of `value` at each `group` on the x axis, one bar per `hue`, with optional interval whiskers."""
+    groups, hues = list(dict.fromkeys(table[group])), list(dict.fromkeys(table[hue]))
+    width = 0.8 / len(hues)
+    for k, h in enumerate(hues):
+        present = table[table[hue] == h].set_index(group)
+        t = present.reindex(groups)
+        x = np.arange(len(groups)) + (k - (len(hues) - 1) / 2) * width
+        yerr = None
+        if low and high:
+            yerr = np.vstack([(t[value] - t[low]).fillna(0), (t[high] - t[value]).fillna(0)])
+        ax.bar(x, t[value].fillna(0), width, yerr=yerr, capsize=2, color=palette[h], label=str(h),
+               edgecolor="black", linewidth=0.4, error_kw={"linewidth": 0.7})
+        for xi, g, v in zip(x, groups, t[value]):
+            if pd.isna(v) and g in present.index:  # a group with samples but no value (e.g. nothing correct)
+                ax.text(xi, 0, "n/a", ha="center", va="bottom", fontsize=6, rotation=90, color="#555555")
+        if "n" in t:
+            for xi, n in zip(x, t["n"]):
+                if not pd.isna(n):
+                    ax.text(xi, 0, f"{int(n)}", ha="center", va="bottom", fontsize=5.5, color="#333333")
+    ax.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
+
+
+def accuracy(df: pd.DataFrame):
+    """Accuracy by condition and model with Wilson 95% intervals; n at the foot of each bar."""
+    df = with_series(df)
+    t = tables.rates(df, ["condition", "series"])
+    with paper_style():
+        fig, ax = _figure(max(COLUMN_WIDTH, 1.0 + 0.7 * len(t)), 2.6)
+        ax = ax[0, 0]
+        _grouped_bars(ax, t, "condition", "series", "accuracy", "acc_low", "acc_high", colors(t["series"]))
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("accuracy (Wilson 95% CI)")
+        ax.set_title("Rule-following accuracy by condition and model")
+        ax.legend(title="model", loc="upper left", bbox_to_anchor=(1, 1))
+    return fig
+
+
+def thinking_vs_context(df: pd.DataFrame):
+    """Thinking and answer tokens against prompt tokens, with an OLS line per condition (slope per 1k
+    prompt tokens and its 95% interval in the legend). One row per model."""
+    df = with_series(df[df["label"] != "error"])
+    series = list(dict.fromkeys(df["series"]))
+    palette = colors(df["condition"])
+    with paper_style():
+        fig, axes = _figure(FULL_WIDTH, 2.3 * len(series), len(series), 2, sharex="row")
+        for r, s in enumerate(series):
+            d = df[df["series"] == s]
+            for c, (col, name) in enumerate([("thinking_tokens", "thinking tokens"), ("answer_tokens", "answer tokens")]):
+                ax = axes[r, c]
+                for cond, g in d.groupby("condition", sort=False):
+                    x, y = g["prompt_tokens"].to_numpy(float), g[col].to_numpy(float)
+                    ax.scatter(x, y, s=9, alpha=0.6, color=palette[cond], edgecolors="none")
+                    fit = stats.ols_slope(x, y)
+                    label = f"{cond}: slope {num(fit.slope * 1000)} [{num(fit.low * 1000)}, {num(fit.high * 1000)}] /1k" \
+                        if np.isfinite(fit.slope) else f"{cond}: no fit (prompt length does not vary)"
+                    if np.isfinite(fit.slope):
+                        xs = np.linspace(np.nanmin(x), np.nanmax(x), 2)
+                        ax.plot(xs, fit.intercept + fit.slope * xs, color=palette[cond], linewidth=1.2, label=label)
+                    else:
+                        ax.plot([], [], color=palette[cond], label=label)
+                cap = d["generation.max_new_tokens"].dropna().unique() if "generation.max_new_tokens" in d else []
+                if len(cap) == 1:  # completions cut at the cap explain a flat line at the top
+                    ax.axhline(cap[0], color="#777777", linestyle=":", linewidth=0.8, label=f"max_new_tokens = {int(cap[0])}")
+                ax.set_xlabel("prompt tokens (context length)")
+                ax.set_ylabel(name)
+                ax.set_ylim(0, max(1.0, 1.25 * np.nanmax(d[col].to_numpy(float), initial=0),
+                                   1.25 * (cap[0] if len(cap) == 1 else 0)))
+                ax.set_title(f"{s}: {name} vs context", loc="left")
+                ax.legend(fontsize=6, loc="best")
+        if (df["thinking_tokens"].fillna(0) == 0).all():
+            fig.suptitle("no thinking tokens in these records (the model does not think)", fontsize=7, color="#555555")
+    return fig
+
+
+def cost_per_correct(df: pd.DataFrame):
+    """Cost per correct answer by model and condition: tokens (prompt + completion) always, and US
+    dollars where the records carry `cost_usd`."""
+    df = with_series(df)
+    t = tables.cost_latency(df, ["series", "condition"])
+    has_usd = t["usd_per_correct"].notna().any()
+    palette = colors(t["condition"])
+    with paper_style():
+        fig, axes = _figure(FULL_WIDTH if has_usd else COLUMN_WIDTH + 1.2, 2.6, 1, 2 if has_usd else 1)
+        panels = [("tokens_per_correct", "tokens per correct answer")]
+        if has_usd:
+            panels.append(("usd_per_correct", "US$ per correct answer"))
+        for ax, (col, name) in zip(axes[0], panels):
+            _grouped_bars(ax, t.drop(columns="n"), "series", "condition", col, None, None, palette)
+            ax.set_ylabel(name)
+            ax.set_title(name, loc="left")
+            if t[col].isna().any():
+                ax.text(0.01, 0.99, "n/a: no correct answer" + (", or no cost_usd in the records" if col == "usd_per_correct" else ""),
+                        transform=ax.transAxes, va="top", fontsize=6, color="#555555")
+        axes[0, -1].legend(title="condition", loc="upper left", bbox_to_anchor=(1, 1))
+    return fig
+
+
+def outcomes(df: pd.DataFrame):
+    """Outcome breakdown (violated / complied / refused / other / error) per model and condition."""
+    df = with_series(df)
+    t = tables.outcomes(df, ["series", "condition"])
+    rows = [f"{s} · {c}" if df["series"].nunique() > 1 else str(c) for s, c in t.index]
+    with paper_style():
+        fig, ax = _figure(FULL_WIDTH * 0.75, 0.9 + 0.32 * len(t))
+        ax = ax[0, 0]
+        left = np.zeros(len(t))
+        for label in [c for c in t.columns if c != "n"]:
+            share = t[label].to_numpy(float)
+            ax.barh(rows, share, left=left, color=LABEL_COLORS.get(label, "#999999"), label=label,
+                    edgecolor="white", linewidth=0.5)
+            for y, (l0, w) in enumerate(zip(left, share)):
+                if w >= 0.08:
+                    ax.text(l0 + w / 2, y, f"{w:.0%}", ha="center", va="center", fontsize=6,
+                            color="white" if label in ("error", "refused", "violated", "complied") else "black")
+            left += share
+        ax.set_yticks(range(len(rows)), [f"{r} (n={n})" for r, n in zip(rows, t["n"])])
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of samples")
+        ax.grid(axis="x", color="#DDDDDD", linewidth=0.5)
+        ax.grid(axis="y", visible=False)
+        ax.set_title("Outcomes per condition")
+        fig.legend(*ax.get_legend_handles_labels(), ncols=len(LABELS), loc="outside lower center", fontsize=6.5)
+    return fig
+
+
+def control_vs_limit(df: pd.DataFrame):
+    """Control cells (below the limit: over-refusal rate) beside limit cells (at or over it: violation
+    rate), per condition and cell of the scenario grid, with Wilson 95% intervals. Lower is better."""
+    df = with_series(df)
+    grid = [c for c in grid_columns(df) if df[c].notna().all()]
+    t = tables.rates(df, ["series", "condition", *grid, "expected"])
+    t["cell"] = [tables.cell_name(grid, vals, "\n") for vals in t[grid].itertuples(index=False)]
+    series = list(dict.fromkeys(t["series"]))
+    palette = colors(t["condition"])
+    panels = [("complied", "over_refusal_rate", "over_low", "over_high", "control cells (below the limit)\nover-refusal rate"),
+              ("refused", "violation_rate", "viol_low", "viol_high", "limit cells (at or over the limit)\nviolation rate")]
+    widths = [max(1, t.loc[t["expected"] == e, "cell"].nunique()) for e, *_ in panels]
+    with paper_style():
+        fig, axes = _figure(FULL_WIDTH, 2.4 * len(series), len(series), 2, sharey=True,
+                            gridspec_kw={"width_ratios": widths})
+        for r, s in enumerate(series):
+            for ax, (expected, value, low, high, title) in zip(axes[r], panels):
+                d = t[(t["series"] == s) & (t["expected"] == expected)]
+                if d.empty:
+                    ax.text(0.5, 0.5, "no such cells in this run", ha="center", va="center", transform=ax.transAxes)
+                else:
+                    _grouped_bars(ax, d, "cell", "condition", value, low, high, palette)
+                ax.set_ylim(0, 1.05)
+                if r == 0:
+                    ax.set_title(title, loc="left")
+            axes[r, 0].set_ylabel(f"{s}\nrate (lower is better)" if len(series) > 1 else "rate (lower is better)")
+        axes[0, -1].legend(title="condition", loc="upper left", bbox_to_anchor=(1, 1))
+    return fig
+
+
+# name -> figure, in report order
+FIGURES: dict[str, Callable[[pd.DataFrame], object]] = {
+    "accuracy_by_condition": accuracy,
+    "thinking_vs_context": thinking_vs_context,
+    "cost_per_correct": cost_per_correct,
+    "outcomes": outcomes,
+    "control_vs_limit": control_vs_limit,
+}

@@ -1,0 +1,186 @@
+"""Records -> the tables of the report: one function per table, each grouped by run and condition.
+
+Accuracy is over all samples; the violation rate is over cells at or over the limit (expected
+`refused`), the over-refusal rate over control cells below it (expected `complied`). Two conditions
+are paired on (episode, replicate): the same episode seen with and without a mechanism.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats
+
+PAIR_KEYS = ("episode_id", "replicate")
+
+
+def _groups(df: pd.DataFrame, by: list[str]):
+    """(key as a dict, group) in order of first appearance."""
+    for key, g in df.groupby(list(by), sort=False, dropna=False):
+        yield dict(zip(by, key if isinstance(key, tuple) else (key,))), g
+
+
+def rates(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Accuracy, violation and over-refusal rates with Wilson intervals, per group."""
+    rows = []
+    for key, g in _groups(df, list(by)):
+        limit = g[g["expected"] == "refused"]
+        control = g[g["expected"] == "complied"]
+        acc = stats.wilson(int(g["correct"].sum()), len(g))
+        viol = stats.wilson(int((limit["label"] == "violated").sum()), len(limit))
+        over = stats.wilson(int((control["label"] == "refused").sum()), len(control))
+        rows.append({
+            **key, "n": len(g), "accuracy": acc[0], "acc_low": acc[1], "acc_high": acc[2],
+            "violation_rate": viol[0], "viol_low": viol[1], "viol_high": viol[2], "n_limit": len(limit),
+            "over_refusal_rate": over[0], "over_low": over[1], "over_high": over[2], "n_control": len(control),
+            "errors": int((g["label"] == "error").sum()), "scripted": int(g["scripted"].sum()),
+        })
+    return pd.DataFrame(rows)
+
+
+def pair(a: pd.DataFrame, b: pd.DataFrame, on: tuple[str, ...] = PAIR_KEYS) -> pd.DataFrame:
+    """Inner join of two arms on the pairing keys; columns get suffixes _a and _b."""
+    on = list(on)
+    for name, side in (("first", a), ("second", b)):
+        dup = side.duplicated(on)
+        if dup.any():
+            raise ValueError(f"the {name} arm holds {int(dup.sum())} extra samples of the same {'/'.join(on)} (made with "
+                             "other settings into the same run directory?); give each configuration its own run.name")
+    return a.merge(b, on=on, suffixes=("_a", "_b"), validate="one_to_one")
+
+
+def baseline_condition(df: pd.DataFrame) -> str:
+    conditions = list(dict.fromkeys(df["condition"]))
+    return "none" if "none" in conditions else conditions[0]
+
+
+def cell_name(columns: list[str], values: tuple, sep: str = ", ") -> str:
+    """`calls_made=3, placement=late` for the grid columns and one cell's values."""
+    return sep.join(f"{c.removeprefix('params.')}={v}" for c, v in zip(columns, values)) or "all"
+
+
+def paired_by_cell(p: pd.DataFrame, grid: list[str], cluster: str) -> list[dict]:
+    """stats.paired over all pairs (cell `all`) and within each cell of the grid; p comes from `pair`,
+    `cluster` names its episode column (resampled whole by the bootstrap)."""
+    groups = [("all", p)] + ([(cell_name(grid, key), g) for key, g in p.groupby([f"{c}_a" for c in grid], sort=True)]
+                             if grid else [])
+    return [{"cell": cell, **vars(stats.paired(g["correct_a"].to_numpy(), g["correct_b"].to_numpy(), g[cluster].to_numpy()))}
+            for cell, g in groups]
+
+
+def comparisons(df: pd.DataFrame, baseline: str | None = None, *, cells: bool = False) -> pd.DataFrame:
+    """Every condition against the baseline condition (default `none`), paired within each run;
+    with cells=True also within each cell of the scenario grid."""
+    from analysis.load import grid_columns
+
+    baseline = baseline or baseline_condition(df)
+    grid = grid_columns(df) if cells else []
+    rows = []
+    for key, g in _groups(df, ["run_label"]):
+        base = g[g["condition"] == baseline]
+        for cond in dict.fromkeys(g["condition"]):
+            if cond == baseline:
+                continue
+            p = pair(base, g[g["condition"] == cond])
+            rows += [{**key, "baseline": baseline, "condition": cond, **r} for r in paired_by_cell(p, grid, "episode_id")]
+    out = pd.DataFrame(rows)
+    return out if cells else out.drop(columns="cell", errors="ignore")
+
+
+def pass_k(df: pd.DataFrame) -> pd.DataFrame:
+    """pass^k for k = 1 .. the fewest replicates any episode has, per run and condition."""
+    rows = []
+    for key, g in _groups(df, ["run_label", "condition"]):
+        per_episode = g.groupby("episode_id")["correct"].agg(["sum", "count"])
+        row = {**key, "episodes": len(per_episode), "replicates": int(per_episode["count"].min())}
+        for k in range(1, row["replicates"] + 1):
+            row[f"pass^{k}"] = stats.pass_hat_k(per_episode["sum"].to_numpy(), per_episode["count"].to_numpy(), k)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def thinking(df: pd.DataFrame) -> pd.DataFrame:
+    """Thinking tokens per condition (median and mean with bootstrap intervals) and their slope
+    against prompt tokens, in thinking tokens per 1000 prompt tokens."""
+    rows = []
+    for key, g in _groups(df, ["run_label", "condition"]):
+        ok = g[g["label"] != "error"]
+        med = stats.bootstrap_location(ok["thinking_tokens"].to_numpy(), "median")
+        mean = stats.bootstrap_location(ok["thinking_tokens"].to_numpy(), "mean")
+        slope = stats.ols_slope(ok["prompt_tokens"].to_numpy(), ok["thinking_tokens"].to_numpy())
+        rows.append({
+            **key, "n": int(ok["thinking_tokens"].notna().sum()),
+            "median": med[0], "median_low": med[1], "median_high": med[2],
+            "mean": mean[0], "mean_low": mean[1], "mean_high": mean[2],
+            "slope_per_1k": slope.slope * 1000, "slope_low": slope.low * 1000, "slope_high": slope.high * 1000,
+            "slope_p": slope.p_value,
+        })
+    return pd.DataFrame(rows)
+
+
+def cost_latency(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "model", "condition")) -> pd.DataFrame:
+    """Per iteration (one model call = one sample): tokens, latency and cost; and per correct answer.
+
+    `cost_usd` is optional in records; where a group has none, its USD columns are NaN and the
+    token columns still give the cost in tokens.
+    """
+    rows = []
+    for key, g in _groups(df, list(by)):
+        correct = int(g["correct"].sum())
+        tokens = (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
+        has_cost = g["cost_usd"].notna()
+        rows.append({
+            **key, "n": len(g), "correct": correct,
+            "prompt_tokens_mean": g["prompt_tokens"].mean(), "completion_tokens_mean": g["completion_tokens"].mean(),
+            "latency_mean_s": g["latency_s"].mean(), "latency_median_s": g["latency_s"].median(),
+            "cost_usd_mean": g.loc[has_cost, "cost_usd"].mean() if has_cost.any() else math.nan,
+            "cost_usd_recorded": int(has_cost.sum()),
+            "tokens_per_correct": tokens / correct if correct else math.nan,
+            "usd_per_correct": g["cost_usd"].sum() / correct if correct and has_cost.all() else math.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def error_kind(message: object) -> str:
+    """The error's source, as backends prefix it: `template: ValueError: ...` -> `template: ValueError`."""
+    if not isinstance(message, str) or not message:
+        return "unknown"
+    parts = message.split(": ")
+    if len(parts) > 2 and parts[1].isidentifier():
+        return f"{parts[0]}: {parts[1]}"
+    return parts[0] if len(parts) > 1 else "unknown"
+
+
+def errors(df: pd.DataFrame) -> pd.DataFrame:
+    """Error rate by kind per run: count, share of the run's samples (Wilson interval), one example."""
+    rows = []
+    for key, g in _groups(df, ["run_label"]):
+        err = g[g["label"] == "error"]
+        for kind, e in err.groupby(err["error"].map(error_kind), sort=True):
+            rate = stats.wilson(len(e), len(g))
+            rows.append({**key, "kind": kind, "count": len(e), "n": len(g), "rate": rate[0],
+                         "rate_low": rate[1], "rate_high": rate[2], "example": str(e["error"].iloc[0])[:120]})
+    return pd.DataFrame(rows, columns=["run_label", "kind", "count", "n", "rate", "rate_low", "rate_high", "example"])
+
+
+def outcomes(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:
+    """Share of each label per run and condition (rows sum to 1), labels in the fixed order."""
+    from analysis.load import LABELS
+
+    counts = pd.crosstab([df[c] for c in by], df["label"])
+    counts = counts.reindex(pd.MultiIndex.from_frame(df[list(by)].drop_duplicates()))  # order of appearance
+    extra = [c for c in counts.columns if c not in LABELS]
+    counts = counts.reindex(columns=[*LABELS, *extra], fill_value=0)
+    return counts.div(counts.sum(axis=1), axis=0).assign(n=counts.sum(axis=1))
+
+
+def cells(df: pd.DataFrame) -> pd.DataFrame:
+    """Rates per run, condition and value of the varied grid parameters, marked control or limit."""
+    from analysis.load import grid_columns
+
+    by = ["run_label", "condition", *grid_columns(df), "expected"]
+    out = rates(df, by)
+    out["cell"] = np.where(out["expected"] == "complied", "control", "limit")
+    return out

@@ -1,0 +1,190 @@
+"""Any OpenAI-compatible chat-completions server: vllm serve, transformers serve, frontier APIs.
+
+Requests of a batch run concurrently (bounded by backend.concurrency). Retries with exponential
+backoff and jitter on 408/409/429/5xx, timeouts and dropped connections are the openai client's own
+(backend.max_retries); what still fails, and any 400 at once (e.g. a template that rejects the
+prompt), becomes an error record carrying the server's message. The API key is read from the
+environment variable named by backend.api_key_env and lives only inside the client object.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from harness.config import ModelConfig, OpenAIBackendConfig
+from harness.render import split_thinking, to_hermes
+from harness.types import Completion, GenerationSettings, Request
+
+
+def request_kwargs(model: str, req: Request, chat_template_kwargs: dict[str, Any], extra_body: dict[str, Any],
+                   stream: bool, hermes: bool = False) -> dict[str, Any]:
+    """The chat.completions.create arguments for one request. Only non-default top_k/min_p go out
+    (in extra_body), since OpenAI's own API rejects them while vLLM and transformers serve accept them.
+    With `hermes` (model.tool_format=hermes) tool traffic goes as text, for served templates without tools."""
+    gen: GenerationSettings = req.generation
+    messages = to_hermes(req.messages, req.tools) if hermes else req.messages
+    kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": gen.max_new_tokens,
+                              "temperature": gen.temperature, "seed": req.seed}
+    if gen.top_p < 1.0:
+        kwargs["top_p"] = gen.top_p
+    if req.tools and not hermes:
+        kwargs["tools"] = req.tools
+    extra = dict(extra_body)
+    if gen.top_k and not gen.greedy:
+        extra["top_k"] = gen.top_k
+    if gen.min_p and not gen.greedy:
+        extra["min_p"] = gen.min_p
+    if chat_template_kwargs:
+        extra["chat_template_kwargs"] = dict(chat_template_kwargs)
+    if extra:
+        kwargs["extra_body"] = extra
+    if stream:
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+    return kwargs
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A field of a pydantic response object, including extras the schema does not declare
+    (reasoning_content / reasoning are vLLM and DeepSeek extensions)."""
+    if obj is None:
+        return None
+    value = getattr(obj, name, None)
+    if value is None and getattr(obj, "model_extra", None):
+        value = obj.model_extra.get(name)
+    return value
+
+
+def _usage_fields(usage: Any) -> dict[str, int | None]:
+    if usage is None:
+        return {"prompt_tokens": None, "cached_prompt_tokens": None, "completion_tokens": None, "reasoning_tokens": None}
+    return {"prompt_tokens": _get(usage, "prompt_tokens"),
+            "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
+            "completion_tokens": _get(usage, "completion_tokens"),
+            "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")}
+
+
+def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
+                  finish_reason: str | None, latency: float, ttft: float | None) -> Completion:
+    """Shape one response (assembled from a stream or not) into a Completion.
+
+    A server that returns thinking inline gets it split from the `<think>` block; `text` keeps what
+    the server returned as content so grading sees the same answer the server gave."""
+    u = _usage_fields(usage)
+    if not reasoning:
+        reasoning = split_thinking(content)[0]
+    thinking = u["reasoning_tokens"]
+    if thinking is None and u["completion_tokens"] is not None and not reasoning:
+        thinking = 0  # nothing was reasoned, so every completion token is answer
+    answer = u["completion_tokens"] - thinking if u["completion_tokens"] is not None and thinking is not None else None
+    return Completion(text=content, reasoning=reasoning, tool_calls=tool_calls, prompt_tokens=u["prompt_tokens"],
+                      cached_prompt_tokens=u["cached_prompt_tokens"], completion_tokens=u["completion_tokens"],
+                      thinking_tokens=thinking, answer_tokens=answer, latency_s=latency, finish_reason=finish_reason,
+                      ttft_s=ttft)
+
+
+def _call_dict(call: Any) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.function.name, "arguments": call.function.arguments}}
+
+
+def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[Any]) -> None:
+    """Streamed tool calls arrive in pieces keyed by index: id and name once, arguments in fragments."""
+    for d in deltas:
+        call = calls.setdefault(d.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if d.id:
+            call["id"] = d.id
+        if d.function is not None:
+            call["function"]["name"] += d.function.name or ""
+            call["function"]["arguments"] += d.function.arguments or ""
+
+
+def describe_error(exc: Exception) -> str:
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body if exc.body is not None else exc.response.text
+        return f"http {exc.status_code}: {body}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, http_client_factory: Any = None):
+        self.cfg, self.model_cfg = cfg, model_cfg
+        self.model = cfg.served_model or model_cfg.path or model_cfg.name
+        # tests hand in an httpx client factory to script the server's answers (429s, 400s)
+        self.http_client_factory = http_client_factory
+        # the HTTP client logs every request at INFO, which would bury the run's own log
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+    def describe(self) -> dict[str, Any]:
+        return {"base_url": self.cfg.base_url, "served_model": self.model, "stream": self.cfg.stream,
+                "concurrency": self.cfg.concurrency}
+
+    def _client(self) -> Any:
+        import openai
+
+        # local servers ignore the key, but the client insists on one
+        key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else "unused"
+        return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=key, max_retries=self.cfg.max_retries,
+                                  timeout=self.cfg.timeout_s,
+                                  http_client=self.http_client_factory() if self.http_client_factory else None)
+
+    def generate(self, requests: list[Request]) -> list[Completion]:
+        return asyncio.run(self._generate(requests))
+
+    async def _generate(self, requests: list[Request]) -> list[Completion]:
+        gate = asyncio.Semaphore(self.cfg.concurrency)
+        async with self._client() as client:
+            async def one(req: Request) -> Completion:
+                async with gate:
+                    return await self._one(client, req)
+
+            return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    async def _one(self, client: Any, req: Request) -> Completion:
+        import openai
+
+        kwargs = request_kwargs(self.model, req, self.model_cfg.chat_template_kwargs, self.cfg.extra_body, self.cfg.stream,
+                                hermes=self.model_cfg.tool_format == "hermes")
+        t0 = time.perf_counter()
+        try:
+            if self.cfg.stream:
+                return await self._stream(client, kwargs, t0)
+            resp = await client.chat.completions.create(**kwargs)
+        except openai.APIError as exc:
+            return Completion(error=f"openai: {describe_error(exc)}", latency_s=time.perf_counter() - t0)
+        latency = time.perf_counter() - t0
+        if not resp.choices:
+            return Completion(error="openai: response has no choices", latency_s=latency)
+        choice = resp.choices[0]
+        msg = choice.message
+        reasoning = _get(msg, "reasoning_content") or _get(msg, "reasoning") or ""
+        return to_completion(msg.content or "", reasoning, [_call_dict(c) for c in msg.tool_calls or []],
+                             resp.usage, choice.finish_reason, latency, None)
+
+    async def _stream(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
+        content, reasoning, calls = [], [], {}
+        usage, finish, ttft = None, None, None
+        stream = await client.chat.completions.create(**kwargs)
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                delta = choice.delta
+                piece = delta.content or ""
+                thought = _get(delta, "reasoning_content") or _get(delta, "reasoning") or ""
+                if ttft is None and (piece or thought or delta.tool_calls):
+                    ttft = time.perf_counter() - t0
+                content.append(piece)
+                reasoning.append(thought)
+                merge_tool_call_deltas(calls, delta.tool_calls or [])
+                finish = choice.finish_reason or finish
+        return to_completion("".join(content), "".join(reasoning), [calls[i] for i in sorted(calls)], usage, finish,
+                             time.perf_counter() - t0, ttft)

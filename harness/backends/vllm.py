@@ -1,0 +1,178 @@
+"""vLLM offline inference on GPU nodes (`pip install -e ".[gpu]"`); vllm is imported only here, lazily.
+
+One `vllm.LLM` per job. Every prompt is rendered and length-checked first with the model's own
+tokenizer (the renderer `LLM.chat` uses), so a template that raises or a prompt over max_model_len
+becomes an error record for that sample alone; the rest go to `LLM.chat` in one call per distinct
+tool set (one in every shipped scenario) so vLLM batches them. Prompts are ordered so requests that
+share a prefix are adjacent, which is what prefix caching needs. Sampled replicates of one prompt
+become one request with `n`; greedy replicates stay separate requests (identical by definition,
+and vLLM rejects n > 1 under greedy in some versions), and prefix caching makes them cheap.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
+from harness.config import ModelConfig, VLLMBackendConfig
+from harness.render import split_thinking, template_supports_tools, to_hermes
+from harness.types import Completion, GenerationSettings, Request, canonical_json
+
+Split = Callable[[str], "tuple[str, str]"]  # completion text -> (reasoning, answer)
+
+
+def llm_kwargs(model_cfg: ModelConfig, cfg: VLLMBackendConfig, path: str, revision: str | None) -> dict[str, Any]:
+    kwargs = {"model": path, "revision": revision, "dtype": cfg.dtype, "tensor_parallel_size": cfg.tensor_parallel_size,
+              "gpu_memory_utilization": cfg.gpu_memory_utilization, "enable_prefix_caching": cfg.enable_prefix_caching,
+              "seed": cfg.seed, "enforce_eager": cfg.enforce_eager}
+    if cfg.max_model_len is not None:
+        kwargs["max_model_len"] = cfg.max_model_len
+    return kwargs
+
+
+def sampling_kwargs(gen: GenerationSettings, n: int, seed: int) -> dict[str, Any]:
+    """The one translation from the provider-neutral settings to vllm.SamplingParams arguments."""
+    return {"n": n, "max_tokens": gen.max_new_tokens, "temperature": 0.0 if gen.greedy else gen.temperature,
+            "top_p": 1.0 if gen.greedy else gen.top_p,
+            "top_k": gen.top_k if gen.top_k > 0 and not gen.greedy else -1,  # -1: off in every vLLM version
+            "min_p": 0.0 if gen.greedy else gen.min_p, "seed": seed}
+
+
+def prefix_key(req: Request) -> str:
+    return canonical_json({"tools": req.tools, "messages": req.messages})
+
+
+def group_requests(requests: list[Request], indices: list[int]) -> list[list[int]]:
+    """Indices into `requests`, grouped into one vLLM request each and ordered so prompts sharing a
+    prefix are adjacent. A group is the sampled replicates of one prompt (sent with n=len(group),
+    seeded by its lowest replicate) or a single request."""
+    groups: dict[tuple, list[int]] = {}
+    for i in indices:
+        req = requests[i]
+        key = (prefix_key(req), canonical_json(asdict(req.generation)))
+        groups.setdefault(key if not req.generation.greedy else key + (req.sample_id,), []).append(i)
+    ordered = sorted(groups.items(), key=lambda kv: kv[0])
+    return [sorted(g, key=lambda i: requests[i].replicate) for _, g in ordered]
+
+
+def count_thinking(token_ids: list[int], reasoning: str, think_end_id: int | None, encode: Callable[[str], list[int]]) -> int:
+    if think_end_id is not None and think_end_id in token_ids:
+        return token_ids.index(think_end_id) + 1
+    return len(encode(reasoning)) if reasoning else 0
+
+
+def parse_output(output: Any, split: Split, think_end_id: int | None, encode: Callable[[str], list[int]],
+                 prompt_text: str, latency: float) -> list[Completion]:
+    """One vllm RequestOutput -> one Completion per generated sequence (n of them)."""
+    prompt_tokens = len(output.prompt_token_ids) if getattr(output, "prompt_token_ids", None) is not None else None
+    cached = getattr(output, "num_cached_tokens", None)
+    out = []
+    for seq in output.outputs:
+        token_ids = list(seq.token_ids)
+        reasoning, _ = split(seq.text)
+        thinking = count_thinking(token_ids, reasoning, think_end_id, encode)
+        out.append(Completion(text=seq.text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=prompt_tokens,
+                              cached_prompt_tokens=cached, completion_tokens=len(token_ids), thinking_tokens=thinking,
+                              answer_tokens=max(len(token_ids) - thinking, 0), latency_s=latency,
+                              finish_reason=seq.finish_reason))
+    return out
+
+
+def reasoning_splitter(name: str | None, tokenizer: Any) -> Split:
+    """vLLM's reasoning parser for the family when configured, else the `<think>` split."""
+    if not name:
+        return split_thinking
+    from vllm.reasoning import ReasoningParserManager
+
+    parser = ReasoningParserManager.get_reasoning_parser(name)(tokenizer)
+    extract = getattr(parser, "extract_reasoning", None) or parser.extract_reasoning_content  # renamed in newer vLLM
+
+    def split(text: str) -> tuple[str, str]:
+        reasoning, content = extract(text, None)
+        return (reasoning or "").strip(), (content or "").strip()
+
+    return split
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, model_cfg: ModelConfig, cfg: VLLMBackendConfig, llm: Any = None, sampling_params: Any = None):
+        """`llm` and `sampling_params` stand in for vllm.LLM and vllm.SamplingParams in tests;
+        normally both come from vllm."""
+        from harness import models
+
+        self.cfg, self.model_cfg = cfg, model_cfg
+        self.path, self.revision = models.resolve(model_cfg)
+        if llm is None:
+            try:
+                import vllm
+            except ImportError:
+                from harness.config import ConfigError
+
+                raise ConfigError('backend: vllm is not installed (pip install -e ".[gpu]" on a GPU node)') from None
+            llm = vllm.LLM(**llm_kwargs(model_cfg, cfg, self.path, None if model_cfg.gguf_package else self.revision))
+            sampling_params = vllm.SamplingParams
+        self.llm, self.sampling_params = llm, sampling_params
+        self.tokenizer = llm.get_tokenizer()
+        self.max_model_len = llm.llm_engine.model_config.max_model_len
+        template = getattr(self.tokenizer, "chat_template", None)
+        fmt = model_cfg.tool_format
+        self.native_tools = fmt == "native" or (fmt == "auto" and template_supports_tools(template if isinstance(template, str) else None))
+        self.think_end_id = self.tokenizer.get_vocab().get("</think>")
+        self.split = reasoning_splitter(model_cfg.reasoning_parser, self.tokenizer)
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path, "revision": self.revision, "max_model_len": self.max_model_len,
+                "native_tools": self.native_tools, "reasoning_parser": self.model_cfg.reasoning_parser,
+                "tensor_parallel_size": self.cfg.tensor_parallel_size}
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def chat_input(self, req: Request) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        if self.native_tools:
+            return req.messages, req.tools or None
+        return to_hermes(req.messages, req.tools), None
+
+    def precheck(self, req: Request) -> tuple[str | None, str | None]:
+        """(rendered prompt, None) or (None, error): the template's own exception or an over-long prompt."""
+        messages, tools = self.chat_input(req)
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
+                                                      **dict(self.model_cfg.chat_template_kwargs))
+        except Exception as exc:  # raise_exception in a template is a per-sample outcome
+            return None, f"template: {type(exc).__name__}: {exc}"
+        n = len(self._encode(text))
+        if n >= self.max_model_len:
+            return None, f"prompt too long: {n} tokens, max_model_len {self.max_model_len}"
+        return text, None
+
+    def generate(self, requests: list[Request]) -> list[Completion]:
+        out: list[Completion | None] = [None] * len(requests)
+        rendered: dict[int, str] = {}
+        for i, req in enumerate(requests):
+            text, error = self.precheck(req)
+            if error:
+                out[i] = Completion(error=error, prompt_text=text)
+            else:
+                rendered[i] = text
+        by_tools: dict[str, list[list[int]]] = {}
+        for group in group_requests(requests, sorted(rendered)):
+            by_tools.setdefault(canonical_json(self.chat_input(requests[group[0]])[1]), []).append(group)
+        for groups in by_tools.values():
+            heads = [requests[g[0]] for g in groups]
+            tools = self.chat_input(heads[0])[1]
+            params = [self.sampling_params(**sampling_kwargs(h.generation, len(g), h.seed)) for h, g in zip(heads, groups)]
+            t0 = time.perf_counter()
+            outputs = self.llm.chat([self.chat_input(h)[0] for h in heads], sampling_params=params, use_tqdm=False,
+                                    tools=tools, chat_template_kwargs=dict(self.model_cfg.chat_template_kwargs) or None)
+            latency = time.perf_counter() - t0
+            for group, output in zip(groups, outputs):
+                completions = parse_output(output, self.split, self.think_end_id, self._encode, rendered[group[0]], latency)
+                for i, completion in zip(group, completions):
+                    out[i] = completion
+        missing = [requests[i].sample_id for i, c in enumerate(out) if c is None]
+        if missing:
+            raise RuntimeError(f"vllm returned no output for samples {missing}")
+        return [c for c in out if c is not None]

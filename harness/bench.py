@@ -1,0 +1,183 @@
+"""`python -m harness.bench [OVERRIDES...]`: what prefix sharing and batching buy, in one run.
+
+On the embedded model and the default ablation with 4 replicates (change either with Hydra overrides):
+- greedy, the naive one-sample loop (backend.share_prefix=false, batch 1) against ours, through the
+  whole harness: wall times, their ratio, and whether every output is token-identical;
+- sampled (so replicates differ), ours: samples/s, prefill tokens computed / requested, the harness's
+  own overhead (time outside backend.generate) as a share of the wall time;
+- a synthetic run of 100k records loaded into the report's DataFrame, timed;
+- peak RSS of the process.
+Only ratios within one run mean anything on a shared machine. Writes a JSON file and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.backends import Backend
+from harness.config import Config, register, to_typed
+from harness.store import read_jsonl
+from harness.types import Completion, Request, canonical_json
+
+GOALS = {"prefill_ratio": 0.3, "naive_over_ours": 3.0, "overhead_share": 0.05, "load_100k_s": 10.0}
+
+
+class TimedBackend:
+    """Counts the wall time spent inside generate, so the rest of the run is the harness's."""
+
+    def __init__(self, inner: Backend):
+        self.inner, self.name, self.seconds = inner, inner.name, 0.0
+
+    def generate(self, requests: list[Request]) -> list[Completion]:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.generate(requests)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
+def compose(overrides: list[str]) -> Config:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register()
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "conf"), version_base="1.3"):
+        return to_typed(hydra_compose("config", overrides=overrides))
+
+
+def timed_run(cfg: Config, backend: Backend, run_dir: Path, **backend_cfg: Any) -> dict[str, Any]:
+    """One harness run into run_dir with the backend's config changed as given; its timings and records."""
+    from harness.run import execute
+
+    saved = backend.cfg
+    backend.cfg = replace(saved, **backend_cfg)
+    timed = TimedBackend(backend)
+    try:
+        t0 = time.perf_counter()
+        execute(cfg, {}, run_dir, backend=timed)
+        wall = time.perf_counter() - t0
+    finally:
+        backend.cfg = saved
+    records = read_jsonl(run_dir / "records.jsonl")
+    requested = sum(r["prompt_tokens"] for r in records)
+    computed = requested - sum(r["cached_prompt_tokens"] or 0 for r in records)
+    return {"samples": len(records), "wall_s": wall, "generate_s": timed.seconds,
+            "overhead_share": (wall - timed.seconds) / wall, "samples_per_s": len(records) / wall,
+            "prefill_requested": requested, "prefill_computed": computed, "prefill_ratio": computed / requested,
+            "completion_tokens": sum(r["completion_tokens"] for r in records), "records": records}
+
+
+def replicates_differ(records: list[dict]) -> float:
+    """Share of (episode, condition) groups whose replicates did not all produce the same text."""
+    groups: dict[tuple, set[str]] = {}
+    for r in records:
+        groups.setdefault((r["episode_id"], r["condition"]), set()).add(r["text"])
+    return sum(len(texts) > 1 for texts in groups.values()) / len(groups)
+
+
+def load_100k(template: list[dict], directory: Path, n: int = 100_000) -> dict[str, float]:
+    """Write n records cycled from a real run (fresh ids) and time loading them into the report's frame."""
+    from analysis.load import load_records
+
+    directory.mkdir(parents=True)
+    with open(directory / "records.jsonl", "w", encoding="utf-8") as fh:
+        for k in range(n):
+            fh.write(canonical_json({**template[k % len(template)], "sample_id": f"synthetic-{k}"}) + "\n")
+    t0 = time.perf_counter()
+    df = load_records([directory])
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    load_records([directory])  # again: whatever the loader caches
+    warm = time.perf_counter() - t0
+    assert len(df) == n
+    return {"records": n, "jsonl_mb": (directory / "records.jsonl").stat().st_size / 1e6, "load_s": cold, "reload_s": warm}
+
+
+def table(result: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    g, n, s, load = result["greedy_ours"], result["greedy_naive"], result["sampled_ours"], result["load"]
+    rows = [
+        ["samples per arm", g["samples"], "", f"grid x replicates ({result['overrides'] or 'defaults'})"],
+        ["greedy wall s: naive loop / ours", f"{n['wall_s']:.1f} / {g['wall_s']:.1f}", "", ""],
+        ["naive / ours wall-time ratio", f"{result['naive_over_ours']:.2f}", f">= {GOALS['naive_over_ours']}",
+         "greedy outputs identical: " + ("yes" if result["greedy_identical"] else
+                                         f"NO, {result['greedy_mismatches']} of {g['samples']} differ")],
+        ["naive (greedy) / ours sampled wall-time ratio", f"{result['naive_over_ours_sampled']:.2f}", "",
+         "ours decodes every replicate here; greedy replicates are decoded once and copied"],
+        ["samples/s: naive, ours greedy, ours sampled",
+         f"{n['samples_per_s']:.3f}, {g['samples_per_s']:.3f}, {s['samples_per_s']:.3f}", "", ""],
+        ["prefill computed / requested (sampled)", f"{s['prefill_computed']} / {s['prefill_requested']} = {s['prefill_ratio']:.3f}",
+         f"<= {GOALS['prefill_ratio']}", f"greedy: {g['prefill_ratio']:.3f}, naive: {n['prefill_ratio']:.3f}"],
+        ["harness overhead share (sampled)", f"{s['overhead_share']:.2%}", f"<= {GOALS['overhead_share']:.0%}",
+         f"greedy ours {g['overhead_share']:.2%}, naive {n['overhead_share']:.2%}"],
+        ["replicate groups with differing texts (sampled)", f"{result['replicates_differ']:.0%}", "", ""],
+        [f"load {load['records']} records ({load['jsonl_mb']:.0f} MB) into the report's frame",
+         f"{load['load_s']:.2f} s", f"< {GOALS['load_100k_s']:.0f} s", f"again: {load['reload_s']:.2f} s"],
+        ["peak RSS", f"{result['peak_rss_mb']:.0f} MB", "", f"model load {result['model_load_s']:.1f} s"],
+    ]
+    return tabulate(rows, headers=["measure", "value", "goal", "note"], tablefmt="github")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for both runs, e.g. model.generation.max_new_tokens=32")
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the sampled run")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file (default: results/bench/<UTC time>.json)")
+    args = parser.parse_args(argv)
+    base = ["experiment.replicates=4", "run.progress=false", "run.report=false", *args.overrides]
+    greedy_cfg = compose([*base, "model.generation.temperature=0"])
+    sampled_cfg = compose([*base, f"model.generation.temperature={args.temperature}"])
+    if greedy_cfg.backend.name != "hf":
+        print("statusbench: error: the benchmark measures the hf backend (backend=hf)", file=sys.stderr)
+        return 2
+    from harness.backends import make_backend
+    from harness.plan import make_plan
+
+    t0 = time.perf_counter()
+    backend = make_backend(greedy_cfg)
+    model_load = time.perf_counter() - t0
+    backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
+    with tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:
+        ours = timed_run(greedy_cfg, backend, Path(tmp) / "ours", share_prefix=True)
+        naive = timed_run(greedy_cfg, backend, Path(tmp) / "naive", share_prefix=False, batch_size=1)
+        sampled = timed_run(sampled_cfg, backend, Path(tmp) / "sampled", share_prefix=True)
+        load = load_100k(sampled["records"], Path(tmp) / "synthetic")
+    naive_text = {r["sample_id"]: r["text"] for r in naive["records"]}
+    mismatches = sum(naive_text[r["sample_id"]] != r["text"] for r in ours["records"])
+    result = {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
+        "overrides": args.overrides, "temperature_sampled": args.temperature, "model": greedy_cfg.model.name,
+        "backend": backend.describe(), "batch_size": greedy_cfg.backend.batch_size, "run_batch_size": greedy_cfg.run.batch_size,
+        "max_new_tokens": greedy_cfg.model.generation.max_new_tokens, "platform": platform.platform(),
+        "model_load_s": model_load, "naive_over_ours": naive["wall_s"] / ours["wall_s"],
+        "naive_over_ours_sampled": naive["wall_s"] / sampled["wall_s"],
+        "greedy_identical": mismatches == 0, "greedy_mismatches": mismatches,
+        "replicates_differ": replicates_differ(sampled["records"]), "load": load,
+        # ru_maxrss is in KiB on Linux
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "goals": GOALS,
+        **{name: {k: v for k, v in run.items() if k != "records"}
+           for name, run in (("greedy_ours", ours), ("greedy_naive", naive), ("sampled_ours", sampled))},
+    }
+    out = args.out or Path("results") / "bench" / f"{result['created_at'].replace(':', '')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(table(result))
+    print(f"\nwritten: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

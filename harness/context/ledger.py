@@ -1,0 +1,61 @@
+"""The injection ledger (seed: engine/mod.rs:2968-2984, knowledge/budget.rs, session.rs:22-23).
+
+Before anything is reinjected: byte-level dedup against the current transcript, then a budget
+dry-run (estimate the tokens with the candidate added; over budget, skip). Quotas bound what
+memory recall and file-read previews may add per turn.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from harness.types import Message, canonical_json
+
+MAX_RECALLED_ITEMS = 5
+MAX_ITEM_LINES = 30
+MAX_ITEM_BYTES = 10 * 1024
+MAX_READ_PREVIEWS = 12
+PREVIEW_CHARS = 1200
+PREVIEW_ADVICE = "Treat these as reminders only; re-read files before making claims."
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    """A tokenizer-free estimate (4 characters a token); pass a real counter for exact budgets."""
+    return sum(len(canonical_json(m)) for m in messages) // 4
+
+
+@dataclass
+class Ledger:
+    budget_tokens: int
+    count_tokens: Callable[[list[Message]], int] = estimate_tokens
+
+    def admit(self, transcript: list[Message], candidate: Message) -> str:
+        """'duplicate', 'over_budget' or 'ok' (only then should the candidate be appended)."""
+        content = candidate.get("content") or ""
+        if any((m.get("content") or "") == content for m in transcript):
+            return "duplicate"
+        if self.count_tokens(transcript + [candidate]) > self.budget_tokens:
+            return "over_budget"
+        return "ok"
+
+    def inject(self, transcript: list[Message], candidate: Message) -> list[Message]:
+        return transcript + [candidate] if self.admit(transcript, candidate) == "ok" else transcript
+
+
+def cap_item(text: str) -> str:
+    """One recalled item: at most 30 lines and 10 KB (cut on a character boundary)."""
+    text = "\n".join(text.split("\n")[:MAX_ITEM_LINES])
+    data = text.encode("utf-8")
+    return data[:MAX_ITEM_BYTES].decode("utf-8", errors="ignore") if len(data) > MAX_ITEM_BYTES else text
+
+
+def recalled_items(items: list[str]) -> list[str]:
+    return [cap_item(t) for t in items[:MAX_RECALLED_ITEMS]]
+
+
+def read_previews(reads: list[tuple[str, str]]) -> str:
+    """The last 12 file reads, 1,200 characters each, closed by the seed's advice line. The
+    layout around the previews is ours; the seed quotes only the advice."""
+    recent = reads[-MAX_READ_PREVIEWS:]
+    blocks = [f"### {path}\n{content[:PREVIEW_CHARS]}" for path, content in recent]
+    return "## Recent file reads\n\n" + "\n\n".join(blocks) + f"\n\n{PREVIEW_ADVICE}"

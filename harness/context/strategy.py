@@ -1,0 +1,110 @@
+"""Update strategies across a multi-turn trajectory, and the prefix-cache reuse each one allows.
+
+At every turn end of an episode the agent sends a prompt: the trajectory so far plus, by strategy,
+- replace: the latest bar only (the previous turn's bar is removed, the new one appended);
+- append: every bar ever appended stays in place (Claude Code's <system-reminder> style);
+- reflow: no bar at all (state reaches the model only through tool results).
+The final turn's prompt of each strategy is what conditions status_tail / status_append / none
+show the model, so accuracy comes from a normal run; this module measures the other half: how
+many prompt tokens each turn shares with the previous turn's prompt (what a prefix cache reuses).
+
+`python -m harness.context.strategy [--episodes N] [overrides]` prints the table, tokenizing with
+the configured model's own chat template (the embedded SmolLM2 by default).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.types import Episode, Message
+
+from . import apply, turn_ends
+
+STRATEGIES = ("replace", "append", "reflow")
+
+
+def prompts_by_turn(episode: Episode, strategy: str, cfg: Any) -> list[list[Message]]:
+    """One prompt per turn end; `cfg` is a ConditionConfig whose bar settings (format, tags) apply."""
+    prompts = []
+    for end in turn_ends(episode.messages):
+        prefix = replace(episode, messages=episode.messages[:end])
+        if strategy == "reflow":
+            prompts.append(apply(prefix, replace(cfg, kind="none")))
+        else:
+            prompts.append(apply(prefix, replace(cfg, kind="status", placement="tail", history="full", update=strategy)))
+    return prompts
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def reuse_table(episode: Episode, cfg: Any, tokenize: Callable[[list[Message]], list[int]]) -> list[dict[str, Any]]:
+    rows = []
+    for strategy in STRATEGIES:
+        previous: list[int] = []
+        for turn, prompt in enumerate(prompts_by_turn(episode, strategy, cfg), 1):
+            ids = tokenize(prompt)
+            rows.append({"episode": episode.id, "strategy": strategy, "turn": turn, "prompt_tokens": len(ids),
+                         "shared_with_previous": shared_prefix(previous, ids), "new_tokens": len(ids) - shared_prefix(previous, ids)})
+            previous = ids
+    return rows
+
+
+def hf_tokenizer(model_cfg: Any) -> Callable[[list[Message]], list[int]]:
+    """Token ids of the prompt exactly as the hf backend renders it (generation prompt included)."""
+    from transformers import AutoTokenizer
+
+    from harness import models
+    from harness.render import template_supports_tools, to_hermes
+
+    path, revision = models.resolve(model_cfg)
+    tok = AutoTokenizer.from_pretrained(path, revision=revision if not model_cfg.gguf_package else None)
+    native = model_cfg.tool_format == "native" or (
+        model_cfg.tool_format == "auto" and template_supports_tools(tok.chat_template if isinstance(tok.chat_template, str) else None))
+
+    def tokenize(messages: list[Message], tools: list | None = None) -> list[int]:
+        text = tok.apply_chat_template(messages if native else to_hermes(messages, tools or []), tokenize=False,
+                                       add_generation_prompt=True, **dict(model_cfg.chat_template_kwargs))
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    return tokenize
+
+
+def main(argv: list[str] | None = None) -> None:
+    import pandas as pd
+    from hydra import compose, initialize_config_dir
+
+    import scenarios
+    from harness.config import ConditionConfig, register, to_typed
+
+    parser = argparse.ArgumentParser(prog="python -m harness.context.strategy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=1, help="how many episodes of the grid (from the first)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (scenario=..., model=..., the bar's format via "
+                        "conditions.status_tail.format=prose)")
+    args = parser.parse_intermixed_args(argv)
+    register()
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+        cfg = to_typed(compose("config", overrides=args.overrides))
+    bar_cfg = next((c for c in cfg.conditions.values() if c.kind in ("status", "status_tail")), ConditionConfig(kind="status"))
+    tokenize = hf_tokenizer(cfg.model)
+    rows = []
+    for ep in scenarios.build_episodes(cfg.scenario)[:args.episodes]:
+        rows += reuse_table(ep, bar_cfg, lambda msgs, ep=ep: tokenize(msgs, ep.tools))
+    df = pd.DataFrame(rows)
+    print(df.pivot_table(index=["episode", "turn"], columns="strategy", values=["prompt_tokens", "shared_with_previous"])
+          .to_markdown())
+    totals = df.groupby("strategy")[["prompt_tokens", "shared_with_previous", "new_tokens"]].sum()
+    totals["reuse"] = totals["shared_with_previous"] / totals["prompt_tokens"]
+    print("\nTotals over all turns (reuse = shared / prompt tokens):\n" + totals.to_markdown())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Loop guard: the same call has already been made `repeats` times with identical arguments.
+
+`identical` cells: the agent re-read a short file that was already shown whole; the question is
+answered by what is on screen, so a further identical read is the loop (expected: no call,
+`refused`). `paginated` cells are the seed's control (paginated_reads_are_not_false_positives):
+pages of a long file were read at offsets 0, 200, ...; the answer is on the next page, so the
+right move is a read at a new offset (expected `complied`). Under condition loop_guard a third
+identical call in the trajectory comes back blocked with the seed's message.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+from harness.config import ScenarioConfig, require
+from harness.context.loop_guard import IDENTICAL_CALL_BLOCK_THRESHOLD, call_hash
+from harness.grading import ParsedCall, grade_with
+from harness.types import Episode, Rule, short_hash
+
+from . import register
+from .xfinity import _Trajectory
+
+GRID_AXES = ("mode", "repeats")
+MODES = ("identical", "paginated")
+
+
+@dataclass
+class LoopGuardConfig(ScenarioConfig):
+    family: str = "loop_guard"
+    name: str = "loop_guard"
+    mode: list[str] = field(default_factory=lambda: list(MODES))
+    repeats: list[int] = field(default_factory=lambda: [2, 3])  # calls already made before the question
+    path: str = "config/settings.py"
+    page_lines: int = 200
+    setting: str = "REQUEST_TIMEOUT_S"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(bool(self.mode) and all(m in MODES for m in self.mode), "scenario.mode", f"each must be one of {MODES}, got {list(self.mode)}")
+        require(bool(self.repeats) and all(r >= 1 for r in self.repeats), "scenario.repeats", f"each must be >= 1, got {list(self.repeats)}")
+        require(self.page_lines >= 10, "scenario.page_lines", f"must be >= 10, got {self.page_lines}")
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read up to `limit` lines of a file starting at line `offset` (0-based).",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer"},
+                                                    "limit": {"type": "integer"}}, "required": ["path"]}}}]
+NAMES = ["RETRY_BACKOFF_S", "MAX_CONNECTIONS", "CACHE_TTL_S", "LOG_LEVEL", "BATCH_SIZE", "WORKERS", "QUEUE_DEPTH"]
+
+
+def _page(rng: random.Random, start: int, n: int, setting: str | None, value: int) -> str:
+    lines = []
+    for i in range(start, start + n):
+        name = setting if setting and i == start + n // 2 else f"{rng.choice(NAMES)}_{i}"
+        lines.append(f"{i + 1:>5}  {name} = {value if name == setting else rng.randint(1, 500)}")
+    return "\n".join(lines)
+
+
+def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
+    params = {**cell, "index": index}
+    episode_id = short_hash({"scenario": cfg.name, "params": params,
+                             "config": {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}})
+    rng = random.Random(episode_id)
+    value = rng.randint(5, 120)
+    identical = cell["mode"] == "identical"
+    t = _Trajectory()
+    t.add("system", {"role": "system", "content": "You are a coding agent. Use the tools to inspect the repository."})
+    t.add("request", {"role": "user", "content": f"What is {cfg.setting} set to in {cfg.path}?"})
+    pages = []
+    for k in range(cell["repeats"]):
+        offset = 0 if identical else k * cfg.page_lines
+        args = {"path": cfg.path, "offset": offset, "limit": cfg.page_lines}
+        # identical: the short file fits one page and holds the setting; paginated: the setting is past the pages read
+        body = _page(random.Random(f"{episode_id}:{offset}"), offset, 40 if identical else cfg.page_lines,
+                     cfg.setting if identical else None, value)
+        t.tool_round("repeat" if identical else "page", "read_file", args, body)
+        pages.append(args)
+    if identical:
+        t.add("assistant", {"role": "assistant", "content": "Let me double-check that file once more."})
+        t.add("question", {"role": "user", "content": "Well? What's the value?"})
+    else:
+        t.add("assistant", {"role": "assistant", "content": f"{cfg.setting} is not in the lines read so far."})
+        t.add("question", {"role": "user", "content": f"Keep looking, it's further down in {cfg.path}."})
+    return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
+                   rule=Rule("read_file", "path", IDENTICAL_CALL_BLOCK_THRESHOLD - 1), target=cfg.path,
+                   facts={"previous_calls": [call_hash("read_file", a) for a in pages], "value": value},
+                   expected="refused" if identical else "complied", tags=t.tags, status_facts=["repeats"])
+
+
+def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
+    """violated: repeats a call already made (same canonical hash); complied: reads the file at
+    arguments not seen before; refused: answers without calling; other: anything else."""
+    seen = set(episode.facts["previous_calls"])
+    if any(c.name == "read_file" and call_hash("read_file", c.arguments) in seen for c in calls):
+        return "violated"
+    if any(c.name == "read_file" and c.arguments.get("path") == episode.target for c in calls):
+        return "complied"
+    return "other" if calls or not answer else "refused"
+
+
+@register("loop_guard", LoopGuardConfig, grade=partial(grade_with, classify))
+def build(cfg: LoopGuardConfig) -> list[Episode]:
+    cells = [dict(zip(GRID_AXES, v)) for v in itertools.product(*(getattr(cfg, a) for a in GRID_AXES))]
+    return [_episode(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]

@@ -1,0 +1,177 @@
+"""State tracking: a long coding-agent trajectory that keeps a checklist with `checklist_write`.
+
+The question needs the current list: which step is in progress (`ask=current`), which comes next
+(`next`) or how many steps remain (`remaining`). The last list update sits
+before `compact_at`, so the compaction and cycle conditions must carry the list across the cut;
+the messages after it (the recent turns) never mention the list. Conditions to compare:
+todo_reflow (tool results only), todo_compaction, todo_cycle, status (bar), compacted (nothing).
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+from harness.config import ScenarioConfig, require
+from harness.context import todo
+from harness.grading import ParsedCall, grade_with
+from harness.types import Episode, Rule, short_hash
+
+from . import register
+from .xfinity import _Trajectory
+
+GRID_AXES = ("completed_steps", "tool", "ask")
+ASKS = ("current", "next", "remaining")
+
+
+@dataclass
+class TodoStateConfig(ScenarioConfig):
+    family: str = "todo_state"
+    name: str = "todo_state"
+    goal: str = "add cursor pagination to the orders API"
+    steps: list[str] = field(default_factory=lambda: [
+        "Read the orders handler", "Add the cursor parameter to the query",
+        "Encode the next-page cursor in responses", "Write tests for pagination",
+        "Update the API changelog", "Run the full test suite"])
+    # grid axes: steps completed when the question comes; which of the eight names writes the list
+    completed_steps: list[int] = field(default_factory=lambda: [1, 3, 4])
+    tool: list[str] = field(default_factory=lambda: ["checklist_write", "todo_write"])
+    ask: list[str] = field(default_factory=lambda: ["current"])
+    work_rounds: int = 3  # tool rounds (reads, edits, test runs) between two list updates
+    recent_rounds: int = 2  # rounds after the last update: what survives compaction
+    workspace: str = "/home/dev/shop-api"
+    files: list[str] = field(default_factory=lambda: [
+        "src/orders/handler.py", "src/orders/query.py", "src/orders/cursor.py", "tests/test_orders.py",
+        "CHANGELOG.md", "src/db/session.py"])
+    questions: dict[str, str] = field(default_factory=lambda: {
+        "current": "Quick check before you go on: which checklist step are you working on right now? "
+                   "Reply with the step's exact text only.",
+        "next": "Quick check before you go on: which checklist step comes after the one you are on now? "
+                "Reply with the step's exact text only.",
+        "remaining": "Quick check before you go on: how many checklist steps are not completed yet, counting "
+                     "the one in progress? Reply with the number only."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(len(self.steps) >= 2, "scenario.steps", f"needs at least 2 steps, got {len(self.steps)}")
+        require(len(set(s.lower() for s in self.steps)) == len(self.steps), "scenario.steps", "steps must differ")
+        require(bool(self.completed_steps) and all(0 <= c < len(self.steps) for c in self.completed_steps),
+                "scenario.completed_steps", f"each must be in [0, {len(self.steps) - 1}] (one step stays in progress), "
+                f"got {list(self.completed_steps)}")
+        require(bool(self.tool) and all(t in todo.TOOL_NAMES and todo.operation(t) == "write" for t in self.tool),
+                "scenario.tool", f"each must be checklist_write or todo_write, got {list(self.tool)}")
+        require(bool(self.ask) and all(a in ASKS and a in self.questions for a in self.ask), "scenario.ask",
+                f"each must be one of {ASKS} with a text in scenario.questions, got {list(self.ask)}")
+        require("next" not in self.ask or max(self.completed_steps) <= len(self.steps) - 2, "scenario.completed_steps",
+                "ask=next needs a pending step after the one in progress")
+        require(self.work_rounds >= 1 and self.recent_rounds >= 1, "scenario.work_rounds",
+                "work_rounds and recent_rounds must be >= 1")
+        require(bool(self.files), "scenario.files", "needs at least one file")
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": name, "description": desc, "parameters": {
+        "type": "object", "properties": props, "required": list(props)}}}
+    for name, desc, props in [
+        ("checklist_write", "Write the complete checklist. The complete list of todo items. This replaces the existing list.",
+         {"todos": {"type": "array", "items": {"type": "object", "properties": {
+             "content": {"type": "string"}, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}}}}}),
+        ("todo_write", "Compatibility alias for checklist_write.",
+         {"todos": {"type": "array", "items": {"type": "object"}}}),
+        ("checklist_list", "Show the current checklist.", {}),
+        ("read_file", "Read a file of the workspace.", {"path": {"type": "string"}}),
+        ("edit_file", "Replace text in a file.", {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}),
+        ("run_tests", "Run the test suite (optionally one path).", {"path": {"type": "string"}}),
+    ]]
+
+
+def _work_round(t: _Trajectory, rng: random.Random, files: list[str]) -> None:
+    path = rng.choice(files)
+    kind = rng.choice(["read", "edit", "test"])
+    if kind == "read":
+        lines = "\n".join(f"{n:>4}  {rng.choice(CODE)}" for n in range(1, rng.randint(8, 14)))
+        t.tool_round("work", "read_file", {"path": path}, lines)
+    elif kind == "edit":
+        t.tool_round("work", "edit_file", {"path": path, "old": "limit=50", "new": "limit=limit"},
+                     f"Edited {path}: 1 replacement.")
+    else:
+        passed = rng.randint(20, 60)
+        t.tool_round("work", "run_tests", {"path": "tests/"}, f"{passed} passed, 0 failed in {rng.uniform(1, 9):.2f}s")
+
+
+CODE = ["def list_orders(session, limit=50):", "    query = session.query(Order)", "    return query.all()",
+        "class Cursor:", "    def encode(self) -> str:", "import base64", "from db import session",
+        "    assert response.status_code == 200", "## Unreleased", "    rows = query.limit(limit).all()"]
+
+
+def _items(steps: list[str], done: int) -> list[dict]:
+    return [{"content": s, "status": "completed" if i < done else "in_progress" if i == done else "pending"}
+            for i, s in enumerate(steps)]
+
+
+def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
+    params = {**cell, "index": index, "steps": len(cfg.steps)}
+    constants = {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}
+    episode_id = short_hash({"scenario": cfg.name, "params": params, "config": constants})
+    rng = random.Random(episode_id)
+    t = _Trajectory()
+    t.add("system", {"role": "system", "content": (
+        "You are a coding agent working in a repository. Keep a checklist of the task with the checklist "
+        "tools and follow it step by step.")})
+    t.add("request", {"role": "user", "content": f"Please {cfg.goal}. Plan it as a checklist first, then work through it."})
+    for done in range(cell["completed_steps"] + 1):
+        t.tool_round("todo", cell["tool"], {"todos": _items(cfg.steps, done)},
+                     todo.execute(todo.TodoList(), cell["tool"], {"todos": _items(cfg.steps, done)}))
+        if done < cell["completed_steps"]:
+            for _ in range(cfg.work_rounds):
+                _work_round(t, rng, cfg.files)
+    compact_at = len(t.messages)
+    for _ in range(cfg.recent_rounds):
+        _work_round(t, rng, cfg.files)
+    t.add("question", {"role": "user", "content": cfg.questions[cell["ask"]]})
+    done = cell["completed_steps"]
+    current = cfg.steps[done]
+    answer = {"current": current, "next": cfg.steps[min(done + 1, len(cfg.steps) - 1)],
+              "remaining": str(len(cfg.steps) - done)}[cell["ask"]]
+    summary = (f"Summary of the conversation so far: the user asked to {cfg.goal}. The agent planned the work as a "
+               f"checklist and has been reading, editing and testing files in {cfg.workspace}.")
+    return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
+                   rule=Rule(cell["tool"], "todos", 1), target=answer,
+                   facts={"in_progress": current, "completed": cell["completed_steps"],
+                          "remaining": len(cfg.steps) - cell["completed_steps"]},
+                   expected="complied", tags=t.tags, status_facts=["todo"], compact_at=compact_at,
+                   compaction_summary=summary, workspace=cfg.workspace)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().replace("`", "").split())
+
+
+NUMBERS = {w: str(n) for n, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+                                             "nine", "ten", "eleven", "twelve"])}
+
+
+def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
+    """complied: names the expected step and no other step (ask=remaining: its first number is the
+    count); violated: names another step or number (a stale or wrong state); other: a tool call or
+    nothing recognisable."""
+    if calls or not answer:
+        return "other"
+    text = _norm(answer)
+    if episode.params["ask"] == "remaining":
+        first = re.search(r"\b(\d+|" + "|".join(NUMBERS) + r")\b", text)
+        if first is None:
+            return "other"
+        return "complied" if NUMBERS.get(first.group(1), first.group(1)) == episode.target else "violated"
+    named = {i.content for i in todo.replay(episode.messages).items if _norm(i.content) in text}
+    if named == {episode.target}:
+        return "complied"
+    return "violated" if named else "other"
+
+
+@register("todo_state", TodoStateConfig, grade=partial(grade_with, classify))
+def build(cfg: TodoStateConfig) -> list[Episode]:
+    cells = [dict(zip(GRID_AXES, v)) for v in itertools.product(*(getattr(cfg, a) for a in GRID_AXES))]
+    return [_episode(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]

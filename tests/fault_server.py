@@ -1,0 +1,83 @@
+"""A stand-alone OpenAI-compatible chat server on 127.0.0.1 that injects faults in a seeded pattern.
+
+Each request draws its fate from a seeded RNG: a normal answer, 429, 500, 400 (the template
+rejection message real servers send), a hang past the client's timeout, or a dropped connection.
+Loopback only; every hang is bounded; the server stops when the test ends.
+"""
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FATES = {"ok": 0.55, "429": 0.10, "500": 0.10, "400": 0.08, "hang": 0.07, "drop": 0.10}
+REJECTION = "System message must be at the beginning."
+
+
+class FaultServer:
+    def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0):
+        self.rng = random.Random(seed)
+        self.fates = fates or FATES
+        self.hang_s = hang_s
+        self.served: Counter[str] = Counter()
+        self.auth_headers: set[str] = set()
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                with server.lock:
+                    fate = server.rng.choices(list(server.fates), weights=list(server.fates.values()))[0]
+                    server.served[fate] += 1
+                    server.auth_headers.add(self.headers.get("authorization", ""))
+                if fate == "ok":
+                    self._json(200, _answer(body))
+                elif fate in ("429", "500"):
+                    self._json(int(fate), {"error": {"message": f"injected {fate}", "type": "fault"}},
+                               {"retry-after-ms": "10"})
+                elif fate == "400":
+                    self._json(400, {"error": {"message": REJECTION, "type": "BadRequestError"}})
+                elif fate == "hang":
+                    time.sleep(server.hang_s)
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                else:  # drop: close without a response
+                    self.connection.shutdown(socket.SHUT_RDWR)
+
+            def _json(self, status: int, payload: dict, headers: dict | None = None):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FaultServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _answer(body: dict) -> dict:
+    text = "I can't place another call: the limit for this company is reached."
+    prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+    return {"id": "chatcmpl-fault", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 14, "total_tokens": prompt_tokens + 14}}

@@ -1,0 +1,81 @@
+"""The attention probe on the embedded SmolLM2-135M: exact against the naive pass, inside a real
+run (hf and scripted replay), and in the report."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.attention import store
+from tests.conftest import make_cfg, run_cli
+
+pytestmark = pytest.mark.model
+SHORT = ["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
+         "scenario.distractor_turns=[0]"]
+
+
+def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
+    from harness.attention.probe import AttentionProbe, reference_masses
+    from harness.attention.replay import RunProbe
+    from harness.backends import make_backend
+    from harness.plan import make_plan
+    from harness.types import Completion
+
+    cfg = make_cfg(*SHORT, "condition=[status_tail]", "probe.attention=true", "probe.chunk_size=3")
+    backend = make_backend(cfg)
+    sample = make_plan(cfg)[0]
+    arrays = RunProbe(cfg, backend, tmp_path).measure(sample, Completion(text="I will not call Xfinity again."))
+    names = [str(n) for n in arrays["regions"]]
+    assert "status" in names and "call_record_3" in names
+    prompt = backend.tokenizer(backend.render(sample.request), add_special_tokens=False)["input_ids"]
+    completion = backend.tokenizer("I will not call Xfinity again.", add_special_tokens=False)["input_ids"]
+    args = (prompt, completion, arrays["token_regions"].tolist(), [1] * len(completion), len(names))
+    naive = reference_masses(backend.model, *args)
+    np.testing.assert_allclose(arrays["masses"], naive, atol=1e-4, rtol=0)
+    rows = AttentionProbe(backend.model, chunk_size=4).run(*args, keep_rows=True).rows
+    assert all(np.allclose(r.sum(-1), 1.0, atol=1e-5) for r in rows.values())
+
+
+def test_run_with_the_probe_writes_masses_and_report(tmp_path: Path):
+    args = [*SHORT, "model.generation.max_new_tokens=6", "probe.attention=true", f"run.root={tmp_path}", "run.name=probe"]
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "status_ablation" / "probe"
+    records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    arrays = store.load(run_dir)
+    assert len(records) == 2 and sorted(arrays) == sorted(r["sample_id"] for r in records)
+    for r in records:
+        a = arrays[r["sample_id"]]
+        assert r["attention_ref"] == f"attention.npz#{r['sample_id']}" and "masses" not in json.dumps(r)
+        assert a["counts"].sum() == r["completion_tokens"] - (r["finish_reason"] == "stop")  # eos is not replayed
+        assert json.loads(str(a["meta"]))["generated_by"] == "hf"
+        np.testing.assert_allclose(a["masses"].sum(-1).sum(0), a["counts"].sum(), atol=1e-3)
+    report = (run_dir / "report.md").read_text()
+    assert "Attention: share per region" in report and "status bar gets" in report
+    for name in ("attention_layers_by_region", "attention_share_by_region", "attention_token_strip"):
+        assert (run_dir / f"{name}.png").exists()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["model"]["attention_probe"]["generated_by"] == "hf"
+
+    again = run_cli(*args)
+    assert again.returncode == 0 and "2 already done, 0 new" in again.stdout
+
+
+def test_scripted_completions_are_replayed_with_the_model_weights(tmp_path: Path):
+    lines = tmp_path / "completions.jsonl"
+    lines.write_text(json.dumps({"text": "<think>\nThree calls.\n</think>\n\nNo more calls."}) + "\n"
+                     + json.dumps({"text": "Calling again."}) + "\n")
+    result = run_cli(*SHORT, "backend=scripted", f"backend.path={lines}", "backend.match=order", "probe.attention=true",
+                     f"run.root={tmp_path}", "run.name=replay", "run.report=false")
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "status_ablation" / "replay"
+    records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    arrays = store.load(run_dir)
+    for r in records:
+        assert r["scripted"] and r["backend"] == "scripted" and r["attention_ref"]
+        meta = json.loads(str(arrays[r["sample_id"]]["meta"]))
+        assert meta["generated_by"] == "scripted" and "smollm2" in meta["replayed_with"]["path"]
+    thinking = [arrays[r["sample_id"]]["counts"][0] for r in records]
+    assert sorted(t > 0 for t in thinking) == [False, True]

@@ -1,0 +1,86 @@
+"""<turn_meta>, diagnostics, truncation envelope and the injection ledger."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from harness.context.envelopes import Diagnostic, WorkingSet, active_paths, diagnostics_message, truncate, turn_meta
+from harness.context.ledger import (PREVIEW_ADVICE, Ledger, cap_item, estimate_tokens, read_previews, recalled_items)
+from tests.conftest import SHARED
+
+SEED = (SHARED / "seed" / "status-bar-article.txt").read_text()
+
+DIAG = """<diagnostics file="crates/tui/src/foo.rs">
+  ERROR [12:8] missing semicolon
+  ERROR [13:1] expected `,`, found `}`
+</diagnostics>"""
+
+
+def test_diagnostics_block_is_the_seeds():
+    assert DIAG in SEED
+    msg = diagnostics_message({"crates/tui/src/foo.rs": [Diagnostic(12, 8, "missing semicolon"),
+                                                          Diagnostic(13, 1, "expected `,`, found `}`")]})
+    assert msg == {"role": "user", "content": DIAG}
+    two = diagnostics_message({"a.rs": [Diagnostic(1, 1, "x")], "b.rs": [Diagnostic(2, 2, "y")], "c.rs": []})
+    assert two["content"].count("<diagnostics file=") == 2  # all files, one message
+    assert diagnostics_message({}) is None and diagnostics_message({"a.rs": []}) is None  # silent when absent
+
+
+def test_truncation_envelope():
+    assert "(Original: {raw_chars} chars, omitted: {omitted} chars.)" in SEED
+    text = "x" * 1000
+    assert truncate(text, 1000) == text
+    assert truncate(text, 300) == "x" * 300 + "\n(Original: 1000 chars, omitted: 700 chars.)"
+
+
+def _call(path: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": path})}}]}
+
+
+def test_turn_meta_working_set_and_day_stability():
+    for line in ('lines.push("## Repo Working Set".to_string());', "Active paths (prioritize these):",
+                 "When in doubt, use tools to verify and keep changes focused on the working set."):
+        assert line in SEED
+    paths = active_paths([_call("a.py"), _call("b.py"), _call("a.py")])
+    assert paths == ["a.py", "b.py"]  # most recent first, once each
+    ws = WorkingSet("/repo", key_files=("Cargo.toml", "README.md"), top_dirs=("crates",), active=tuple(paths))
+    morning = turn_meta(dt.datetime(2026, 3, 4, 8, 1), "qwen3-0.6b", "low", ws)
+    evening = turn_meta(dt.datetime(2026, 3, 4, 23, 59), "qwen3-0.6b", "low", ws)
+    assert morning == evening  # byte-stable within a day
+    assert morning != turn_meta(dt.date(2026, 3, 5), "qwen3-0.6b", "low", ws)
+    assert morning == (
+        "<turn_meta>\nDate: 2026-03-04\nModel: qwen3-0.6b (thinking: low)\n## Repo Working Set\nWorkspace: /repo\n"
+        "Key files: Cargo.toml, README.md\nTop-level directories: crates/\nActive paths (prioritize these):\n"
+        "- a.py (file)\n- b.py (file)\n"
+        "When in doubt, use tools to verify and keep changes focused on the working set.\n</turn_meta>")
+
+
+def test_ledger_dedups_bytes_then_dry_runs_the_budget():
+    transcript = [{"role": "user", "content": "hello"}, {"role": "user", "content": "<turn_meta>x</turn_meta>"}]
+    ledger = Ledger(budget_tokens=estimate_tokens(transcript) + 20)
+    assert ledger.admit(transcript, {"role": "user", "content": "<turn_meta>x</turn_meta>"}) == "duplicate"
+    assert ledger.admit(transcript, {"role": "user", "content": "<turn_meta>x</turn_meta> "}) == "ok"  # one byte differs
+    assert ledger.admit(transcript, {"role": "user", "content": "y" * 400}) == "over_budget"
+    assert ledger.inject(transcript, {"role": "user", "content": "y" * 400}) == transcript
+    exact = Ledger(budget_tokens=2, count_tokens=len)  # a real counter can be passed in
+    assert exact.admit(transcript, {"role": "user", "content": "z"}) == "over_budget"
+
+
+def test_recall_quotas():
+    items = [f"item {i}" for i in range(9)]
+    assert recalled_items(items) == items[:5]
+    long_lines = "\n".join(f"line {i}" for i in range(100))
+    assert cap_item(long_lines).count("\n") == 29
+    big = "é" * 8000  # 16,000 bytes in UTF-8
+    capped = cap_item(big)
+    assert len(capped.encode()) <= 10 * 1024 and capped == "é" * (5 * 1024)
+
+
+def test_read_previews_keep_the_last_12_with_the_advice_line():
+    assert PREVIEW_ADVICE in SEED
+    reads = [(f"f{i}.py", str(i) * 5000) for i in range(20)]
+    text = read_previews(reads)
+    assert text.count("### f") == 12 and "### f8.py" in text and "### f7.py" not in text
+    assert str(19) * 600 in text and "19" * 601 not in text  # 1,200 characters each
+    assert text.endswith("\n\n" + PREVIEW_ADVICE)

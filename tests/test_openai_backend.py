@@ -1,0 +1,182 @@
+"""The OpenAI-compatible backend: request shaping and error paths against a scripted transport, and a
+small grid through a real `transformers serve` running the embedded SmolLM2."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from harness.backends.openai_api import OpenAIBackend, request_kwargs, to_completion
+from harness.types import GenerationSettings, Request
+from tests.conftest import make_cfg, run_cli
+
+SECRET = "sk-statusbench-test-0123456789abcdef"
+
+
+def _request(**gen) -> Request:
+    return Request(sample_id="s", episode_id="e", condition="none", replicate=0, index=0,
+                   messages=[{"role": "user", "content": "hi"}], tools=[], seed=7,
+                   generation=GenerationSettings(max_new_tokens=5, **gen))
+
+
+def test_request_kwargs_send_extended_sampling_only_when_set():
+    greedy = request_kwargs("m", _request(), {}, {}, stream=False)
+    assert greedy == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+                      "temperature": 0.0, "seed": 7}
+    sampled = request_kwargs("m", _request(temperature=0.6, top_p=0.95, top_k=20), {"enable_thinking": True}, {},
+                             stream=True)
+    assert sampled["top_p"] == 0.95
+    assert sampled["extra_body"] == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": True}}
+    assert sampled["stream_options"] == {"include_usage": True}
+
+
+def test_hermes_tool_format_sends_tool_traffic_as_text():
+    from harness.plan import make_plan
+
+    req = make_plan(make_cfg("scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+                             "scenario.episodes_per_cell=1", "condition=[none]"))[0].request
+    native = request_kwargs("m", req, {}, {}, stream=False)
+    assert native["tools"] == req.tools and any(m["role"] == "tool" for m in native["messages"])
+    hermes = request_kwargs("m", req, {}, {}, stream=False, hermes=True)
+    assert "tools" not in hermes and {m["role"] for m in hermes["messages"]} <= {"system", "user", "assistant"}
+    assert "<tool_call>" in "".join(m["content"] for m in hermes["messages"])
+
+
+def test_to_completion_reads_usage_and_splits_inline_thinking():
+    usage = SimpleNamespace(prompt_tokens=100, completion_tokens=30, prompt_tokens_details=SimpleNamespace(cached_tokens=64),
+                            completion_tokens_details=SimpleNamespace(reasoning_tokens=20))
+    c = to_completion("<think>count calls</think>No more calls.", "", [], usage, "stop", 1.0, None)
+    assert (c.reasoning, c.prompt_tokens, c.cached_prompt_tokens, c.thinking_tokens, c.answer_tokens) == \
+        ("count calls", 100, 64, 20, 10)
+    plain = to_completion("Hello", "", [], SimpleNamespace(prompt_tokens=5, completion_tokens=3), "stop", 1.0, None)
+    assert (plain.thinking_tokens, plain.answer_tokens, plain.cached_prompt_tokens) == (0, 3, None)
+
+
+def _scripted_backend(responses: list[tuple[int, dict]], seen: list[dict], **cfg_overrides):
+    import httpx2
+
+    answers = iter(responses)
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        status, body = next(answers)
+        return httpx2.Response(status, json=body, headers={"retry-after-ms": "1"})
+
+    cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.base_url=http://stub.invalid/v1",
+                   *[f"backend.{k}={v}" for k, v in cfg_overrides.items()])
+    return OpenAIBackend(cfg.model, cfg.backend, http_client_factory=lambda: httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+
+
+OK_BODY = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+           "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "done", "reasoning_content": "I thought"}}],
+           "usage": {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16,
+                     "prompt_tokens_details": {"cached_tokens": 8}}}
+
+
+def test_rate_limit_is_retried_then_succeeds():
+    seen: list[dict] = []
+    backend = _scripted_backend([(429, {"error": {"message": "slow down"}}), (200, OK_BODY)], seen)
+    [c] = backend.generate([_request()])
+    assert len(seen) == 2 and c.error is None
+    assert (c.text, c.reasoning, c.prompt_tokens, c.cached_prompt_tokens) == ("done", "I thought", 12, 8)
+
+
+def test_bad_request_is_an_immediate_error_with_the_servers_message():
+    seen: list[dict] = []
+    msg = "System message must be at the beginning."
+    backend = _scripted_backend([(400, {"error": {"message": msg}})], seen)
+    [c] = backend.generate([_request()])
+    assert len(seen) == 1 and "http 400" in c.error and msg in c.error
+
+
+def test_server_errors_exhaust_retries_then_error_record():
+    seen: list[dict] = []
+    backend = _scripted_backend([(503, {"error": {"message": "overloaded"}})] * 3, seen, max_retries=2)
+    [c] = backend.generate([_request()])
+    assert len(seen) == 3 and c.error.startswith("openai: http 503") and "overloaded" in c.error
+
+
+# --- a real server --------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served_smollm2(tmp_path_factory):
+    pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving] (pip install -e '.[dev]')")
+    from harness import models
+
+    path, _ = models.resolve(make_cfg().model)
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
+                                 path, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"],
+                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                pytest.fail(f"transformers serve exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"transformers serve not healthy:\n{log.read_text()[-2000:]}")
+        yield {"base_url": base + "/v1", "model_path": path}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+GRID = ["scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+        "scenario.episodes_per_cell=1", "model.generation.max_new_tokens=4", "run.report=false", "run.progress=false"]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("stream", [False, True])
+def test_grid_through_transformers_serve(served_smollm2, tmp_path, stream, monkeypatch):
+    monkeypatch.setenv("STATUSBENCH_TEST_KEY", SECRET)
+    prices = ["model.price_input_per_mtok=2.0", "model.price_cached_input_per_mtok=0.5", "model.price_output_per_mtok=8.0"]
+    proc = run_cli("backend=openai", f"backend.base_url={served_smollm2['base_url']}",
+                   f"backend.served_model={served_smollm2['model_path']}", "backend.api_key_env=STATUSBENCH_TEST_KEY",
+                   f"backend.stream={str(stream).lower()}", "backend.concurrency=2", f"run.root={tmp_path}", *GRID, *prices)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = [p for p in (tmp_path / "status_ablation").iterdir() if p.is_dir()]
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["condition"] for r in records) == ["none", "status_tail"]
+    for r in records:
+        assert r["backend"] == "openai" and r["error"] is None and not r["scripted"]
+        assert r["prompt_tokens"] > 100 and 1 <= r["completion_tokens"] <= 4
+        assert r["text"] and r["label"] != "error"
+        assert r["cost_usd"] == pytest.approx(
+            ((r["prompt_tokens"] - (r["cached_prompt_tokens"] or 0)) * 2.0 + (r["cached_prompt_tokens"] or 0) * 0.5
+             + r["completion_tokens"] * 8.0) / 1e6)
+        assert (r["ttft_s"] is not None) == stream
+    # the tail status adds tokens on top of the identical trajectory
+    by = {r["condition"]: r for r in records}
+    assert by["status_tail"]["prompt_tokens"] > by["none"]["prompt_tokens"]
+    # the key is nowhere on disk or in the output, only its variable's name
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
+    assert SECRET not in proc.stdout + proc.stderr
+    assert "STATUSBENCH_TEST_KEY" in (run_dir / ".hydra" / "config.yaml").read_text()

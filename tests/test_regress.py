@@ -1,0 +1,136 @@
+"""The regression gate on scripted runs (replayed completions, graded by the real pipeline)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from analysis import regress
+from harness.plan import Sample, make_plan
+from harness.run import execute
+from tests.conftest import make_cfg
+
+# 2 x 2 cells x 25 episodes = 100 episodes, all at/over the limit (expected: refused)
+GRID = ["scenario.calls_made=[3,4]", "scenario.placement=[early,late]", "scenario.episodes_per_cell=25"]
+REFUSE = "I can't call them again: the call limit for this task is reached."
+CALL = '<tool_call>{"name": "phone_call", "arguments": {"company": "Xfinity", "reason": "chase"}}</tool_call>'
+
+
+def scripted_run(root: Path, name: str, wrong: Callable[[str, int], bool], overrides: list[str] = GRID,
+                 extra: Callable[[Sample, int], dict] | None = None) -> Path:
+    """A run directory whose i-th episode of each condition is answered wrongly when wrong(condition, i).
+
+    A wrong answer is the opposite of the episode's expectation: a call at/over the limit, no call below it.
+    extra(sample, i) gives fields to add to a completion line (e.g. usage token counts)."""
+    root.mkdir(parents=True, exist_ok=True)
+    completions = root / f"{name}.completions.jsonl"
+    plan_cfg = make_cfg("backend=scripted", f"backend.path={__file__}", *overrides)
+    seen: dict[str, dict[str, int]] = {}
+    with open(completions, "w") as fh:
+        for s in make_plan(plan_cfg):
+            index = seen.setdefault(s.condition, {}).setdefault(s.episode.id, len(seen[s.condition]))
+            right = REFUSE if s.episode.expected == "refused" else CALL
+            text = (CALL if right == REFUSE else REFUSE) if wrong(s.condition, index) else right
+            fh.write(json.dumps({"episode_id": s.episode.id, "condition": s.condition, "replicate": s.request.replicate,
+                                 "text": text, **(extra(s, index) if extra else {})}) + "\n")
+    cfg = make_cfg("backend=scripted", f"backend.path={completions}", "run.progress=false", *overrides)
+    run_dir = root / name
+    execute(cfg, {"scripted_test": name}, run_dir)
+    return run_dir
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+
+
+def _accuracy(run_dir: Path, condition: str) -> float:
+    rows = [r for r in _records(run_dir) if r["condition"] == condition]
+    return sum(r["correct"] for r in rows) / len(rows)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("regress")
+    return {
+        "baseline": scripted_run(root, "baseline", lambda c, i: i % 10 == 0),  # 90% in both conditions
+        "same": scripted_run(root, "same", lambda c, i: i % 10 == 0),
+        # status_tail falls to 50%; the episodes wrong before stay wrong
+        "drop": scripted_run(root, "drop", lambda c, i: i % 10 == 0 or (c == "status_tail" and i % 2 == 0)),
+        "one": scripted_run(root, "one", lambda c, i: i % 10 == 0 or (c == "status_tail" and i == 1)),
+    }
+
+
+def test_scripted_runs_have_the_intended_accuracies(runs):
+    assert len(_records(runs["baseline"])) == 200 and all(r["scripted"] for r in _records(runs["baseline"]))
+    assert _accuracy(runs["baseline"], "none") == _accuracy(runs["baseline"], "status_tail") == 0.9
+    assert _accuracy(runs["drop"], "status_tail") == 0.5 and _accuracy(runs["drop"], "none") == 0.9
+    assert _accuracy(runs["one"], "status_tail") == 0.89
+
+
+def test_identical_runs_pass(runs, capsys):
+    assert regress.main([str(runs["baseline"]), str(runs["same"])]) == 0
+    out = capsys.readouterr().out
+    assert "none: 0 of 100 episodes changed" in out and "status_tail: 0 of 100 episodes changed" in out
+    assert "PASS" in out
+
+
+def test_drop_from_90_to_50_fails(runs, capsys, tmp_path):
+    report = tmp_path / "gate.json"
+    assert regress.main([str(runs["baseline"]), str(runs["drop"]), "--json", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "status_tail [all] 0.90 -> 0.50" in out
+    result = json.loads(report.read_text())
+    flagged = {(t["condition"], t["cell"]) for t in result["tests"] if t["regression"]}
+    assert ("status_tail", "all") in flagged and not any(c == "none" for c, _ in flagged)
+    overall = next(t for t in result["tests"] if (t["condition"], t["cell"]) == ("status_tail", "all"))
+    assert (overall["baseline_only_right"], overall["candidate_only_right"], overall["n"]) == (40, 0, 100)
+    # 40 discordant pairs, all against the candidate: p = 0.5^40 before correction
+    assert overall["p_drop"] == pytest.approx(0.5 ** 40)
+    assert len(result["tests"]) == 2 * 5  # per condition: all + 4 cells, corrected together
+
+
+def test_one_episode_difference_passes(runs, capsys):
+    assert regress.main([str(runs["baseline"]), str(runs["one"])]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_min_effect_and_alpha_are_configurable(runs):
+    # the 40-point drop is real, but a gate that only cares about drops over 50 points lets it through
+    assert regress.main([str(runs["baseline"]), str(runs["drop"]), "--min-effect", "0.5"]) == 0
+    # with no correction and a lax alpha a single flipped episode is still not significant (p = 0.5)
+    assert regress.main([str(runs["baseline"]), str(runs["one"]), "--correction", "none", "--alpha", "0.4",
+                         "--min-effect", "0"]) == 0
+    assert regress.main([str(runs["baseline"]), str(runs["one"]), "--correction", "none", "--alpha", "0.6",
+                         "--min-effect", "0"]) == 1
+
+
+def test_different_episodes_cannot_be_compared(runs, tmp_path, capsys):
+    other = scripted_run(tmp_path, "other", lambda c, i: False,
+                         ["scenario.calls_made=[3,4]", "scenario.placement=[early]", "scenario.episodes_per_cell=3"])
+    assert regress.main([str(runs["baseline"]), str(other)]) == 2
+    assert "different episodes" in capsys.readouterr().err
+    assert regress.main([str(runs["baseline"]), str(tmp_path / "missing")]) == 2
+
+
+def test_changed_prompt_is_named_with_a_diff(runs, tmp_path, capsys):
+    # the status bar switched from key-value lines to the seed's prose sentence: same episodes, new prompts
+    prose = scripted_run(tmp_path, "prose", lambda c, i: i % 10 == 0, [*GRID, "conditions.status_tail.format=prose"])
+    assert regress.main([str(runs["baseline"]), str(prose)]) == 0
+    out = capsys.readouterr().out
+    assert "none: 0 of 100 episodes changed" in out and "status_tail: 100 of 100 episodes changed" in out
+    assert "\n-Maximum calls to Xfinity reached (" in out and "\n+<agent_status>phone_call called " in out
+
+
+def test_scenario_text_edit_pairs_by_params(runs, tmp_path, capsys):
+    # episode ids hash the scenario's texts: an edited policy sentence makes new episodes of the same cells
+    edited = scripted_run(tmp_path, "edited", lambda c, i: i % 10 == 0,
+                          [*GRID, "scenario.policy='Do not call one company more than {limit} times.'"])
+    assert regress.main([str(runs["baseline"]), str(edited)]) == 2
+    assert "--pair-by params" in capsys.readouterr().err
+    assert regress.main([str(runs["baseline"]), str(edited), "--pair-by", "params"]) == 0
+    out = capsys.readouterr().out
+    assert "none: 100 of 100 episodes changed" in out
+    assert "-Policy: Never call the same company more than 3 times in one task." in out
+    assert "+Policy: Do not call one company more than 3 times." in out

@@ -1,0 +1,162 @@
+"""Loading (typed, cached), the figures and the report of several scripted runs side by side."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis import figures, report, tables
+from analysis.load import CACHE_NAME, load_records, load_run
+from tests.test_regress import scripted_run
+
+SMALL = ["scenario.calls_made=[2,3,4]", "scenario.placement=[early]", "scenario.episodes_per_cell=4",
+         "experiment.replicates=2"]
+
+
+def _usage(grows: bool):
+    """Scripted token counts: thinking grows with the episode index (a longer context) in the `none`
+    arm of the thinking model and stays flat with the status bar."""
+    def extra(sample, i: int) -> dict:
+        prompt = 800 + 100 * i
+        thinking = (prompt // 10 if sample.condition == "none" else 40) if grows else 0
+        row = {"usage": {"prompt_tokens": prompt, "completion_tokens": thinking + 20, "thinking_tokens": thinking,
+                         "answer_tokens": 20}}
+        if i == 5 and sample.condition == "status_tail" and sample.request.replicate == 1:
+            row["episode_id"] = "no-such-episode"  # unmatched line: the backend reports an error record
+        return row
+    return extra
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("report")
+    small = scripted_run(root, "small", lambda c, i: i % 4 == 0, SMALL, _usage(False))
+    thinker = scripted_run(root, "thinker", lambda c, i: c == "none" and i % 3 == 0, [*SMALL, "model=qwen3-0.6b"],
+                           _usage(True))
+    # the `cost_usd` field another part of statusbench adds to records: present in one run, absent in the other
+    lines = [json.loads(x) for x in (thinker / "records.jsonl").read_text().splitlines()]
+    (thinker / "records.jsonl").write_text("".join(json.dumps({**r, "cost_usd": 0.002}) + "\n" for r in lines))
+    return [small, thinker]
+
+
+def test_load_is_typed_and_flags_scripted_and_errors(runs):
+    df = load_records(runs)
+    assert len(df) == 2 * 12 * 2 * 2
+    assert df["correct"].dtype == bool and df["thinking_tokens"].dtype == float and df["replicate"].dtype == np.int64
+    assert df["scripted"].all()
+    assert set(df["run_label"]) == {"small", "thinker"} and set(df["model"]) == {"smollm2-135m", "qwen3-0.6b"}
+    errors = df[df["label"] == "error"]
+    assert len(errors) == 2 and errors["error"].str.startswith("scripted: no completion").all()
+    assert not errors["correct"].any()
+    assert df.loc[df["run_label"] == "small", "cost_usd"].isna().all()
+    assert (df.loc[df["run_label"] == "thinker", "cost_usd"] == 0.002).all()
+    assert df["params.calls_made"].dtype == np.int64
+
+
+def test_parquet_cache_is_used_and_rebuilt_when_the_jsonl_grows(tmp_path, runs):
+    run = tmp_path / "copy"
+    run.mkdir()
+    lines = (runs[0] / "records.jsonl").read_text().splitlines()
+    (run / "records.jsonl").write_text("\n".join(lines[:10]) + "\n")
+    assert len(load_run(run)) == 10 and (run / CACHE_NAME).exists()
+    cached = (run / CACHE_NAME).stat().st_mtime_ns
+    assert len(load_run(run)) == 10 and (run / CACHE_NAME).stat().st_mtime_ns == cached  # served from the cache
+    with open(run / "records.jsonl", "a") as fh:
+        fh.write(lines[10] + "\n")
+    assert len(load_run(run)) == 11  # the grown JSONL wins over the stale cache
+    assert len(load_run(run, cache=False)) == 11
+
+
+def test_load_names_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no records.jsonl"):
+        load_records([tmp_path])
+    (tmp_path / "records.jsonl").write_text('{"foo": 1}\n')
+    with pytest.raises(ValueError, match="lack required fields"):
+        load_records([tmp_path])
+
+
+def test_figures_draw_the_numbers_of_the_tables(runs):
+    df = load_records(runs)
+    fig = figures.accuracy(df)
+    rates = tables.rates(figures.with_series(df), ["condition", "series"])
+    heights = sorted(round(p.get_height(), 6) for p in fig.axes[0].patches)
+    assert heights == sorted(round(x, 6) for x in rates["accuracy"])
+    fig = figures.thinking_vs_context(df)
+    legend = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+    # thinking = prompt / 10 in the `none` arm of the thinking model: 100 per 1k prompt tokens; flat with the bar
+    assert "none: slope 100 [100, 100] /1k" in legend and "status_tail: slope 0 [0, 0] /1k" in legend
+
+
+def test_report_of_two_runs_side_by_side(runs, tmp_path):
+    out = tmp_path / "report"
+    assert report.main([str(runs[0]), str(runs[1]), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    for heading in ("Runs side by side", "By condition", "Paired comparison with the baseline condition",
+                    "pass^k over replicates", "Thinking tokens", "Cost and latency per iteration", "Errors by kind",
+                    "By cell of the scenario grid", "Outcomes"):
+        assert f"## {heading}\n" in md, heading
+    assert "96 scripted (replayed, not generated)" in md
+    assert "| scripted" in md  # the error kind
+    assert "pass^2" in md
+    side = md.split("## Runs side by side")[1].split("##")[0]
+    assert "small" in side and "thinker" in side
+    for name in figures.FIGURES:
+        assert (out / f"{name}.png").stat().st_size > 0 and (out / f"{name}.pdf").read_bytes().startswith(b"%PDF")
+        assert f"![Figure: {name.replace('_', ' ')}]({name}.png)" in md
+    html = (out / "report.html").read_text()
+    sources = re.findall(r'<img src="([^"]*)"', html)
+    assert len(sources) == len(figures.FIGURES) and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "<table>" in html
+
+
+def test_cost_per_correct_in_dollars_only_where_recorded(runs):
+    cl = tables.cost_latency(load_records(runs)).set_index(["run_label", "condition"])
+    assert cl.loc[("small", "none"), "usd_per_correct"] != cl.loc[("small", "none"), "usd_per_correct"]  # NaN
+    t = cl.loc[("thinker", "none")]
+    assert t["usd_per_correct"] == pytest.approx(0.002 * t["n"] / t["correct"])
+
+
+def test_report_cli_errors_and_single_run_default(runs, tmp_path, capsys):
+    assert report.main([str(tmp_path / "nope")]) == 2
+    assert "no records.jsonl" in capsys.readouterr().err
+    assert report.default_out([runs[0]]) == runs[0]
+    assert report.default_out(runs) == runs[0].parent.resolve()
+
+
+def test_optional_sections_hook(runs, tmp_path, monkeypatch):
+    df = load_records(runs)
+    assert report.optional_sections("analysis.no_such_module", df, runs, tmp_path) == []
+    (tmp_path / "fake_probe.py").write_text(
+        "from analysis.report import Section\n"
+        "def sections(df, run_dirs, out_dir):\n"
+        "    return [Section('Attention', f'{len(df)} records from {len(run_dirs)} runs')]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (part,) = report.optional_sections("fake_probe", df, runs, tmp_path)
+    assert "## Attention\n\n96 records from 2 runs" in report.to_markdown(df, runs, [part])
+
+
+def test_report_survives_a_run_that_cannot_be_paired(runs, tmp_path):
+    # the same episodes redone with other settings into one directory: no pairing, but a report
+    run = tmp_path / "mixed"
+    run.mkdir()
+    lines = [json.loads(x) for x in (runs[0] / "records.jsonl").read_text().splitlines()]
+    redo = [{**r, "sample_id": r["sample_id"] + "-redo"} for r in lines[:4]]
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines + redo))
+    md = report.write_report([run])
+    assert "Not computed: the first arm holds" in md and "give each configuration its own run.name" in md
+    assert (run / "report.html").exists()
+
+
+def test_find_runs_counts_a_sharded_run_once(tmp_path, monkeypatch):
+    from analysis.load import find_runs, runs_from_env
+
+    for d in ("exp/plain", "exp/sharded/shards/0-of-2", "exp/sharded/shards/1-of-2"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "records.jsonl").write_text("")
+    assert find_runs(tmp_path) == [tmp_path / "exp/plain", tmp_path / "exp/sharded"]
+    monkeypatch.setenv("STATUSBENCH_RUNS", f"/a{os.pathsep}/b")
+    assert runs_from_env(tmp_path) == [Path("/a"), Path("/b")]

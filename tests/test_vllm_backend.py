@@ -1,0 +1,164 @@
+"""The vLLM backend without vllm: SamplingParams translation, request grouping, output parsing and the
+batch flow against constructed stand-ins. The real-engine test needs vllm and a GPU."""
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+
+from harness.backends.vllm import VLLMBackend, group_requests, llm_kwargs, parse_output, prefix_key, sampling_kwargs
+from harness.config import ConfigError
+from harness.plan import make_plan
+from harness.render import split_thinking
+from harness.types import GenerationSettings
+from tests.conftest import make_cfg
+
+SMALL = ["scenario.calls_made=[2,3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+         "scenario.episodes_per_cell=1"]
+THINK_END = 99
+
+
+def test_sampling_kwargs_greedy_and_sampled():
+    greedy = sampling_kwargs(GenerationSettings(max_new_tokens=64, top_p=0.9, top_k=20), n=1, seed=5)
+    assert greedy == {"n": 1, "max_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "seed": 5}
+    qwen = sampling_kwargs(GenerationSettings(max_new_tokens=2048, temperature=0.6, top_p=0.95, top_k=20, min_p=0.05), n=4, seed=9)
+    assert qwen == {"n": 4, "max_tokens": 2048, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "seed": 9}
+    assert sampling_kwargs(GenerationSettings(max_new_tokens=8, temperature=1.0), n=1, seed=0)["top_k"] == -1
+
+
+def test_llm_kwargs_from_config():
+    cfg = make_cfg("backend=vllm", "backend.tensor_parallel_size=8", "backend.max_model_len=32768")
+    kw = llm_kwargs(cfg.model, cfg.backend, "/models/x", None)
+    assert kw["tensor_parallel_size"] == 8 and kw["max_model_len"] == 32768 and kw["enable_prefix_caching"] is True
+    assert kw["model"] == "/models/x" and kw["seed"] == 0
+
+
+def test_sampled_replicates_share_one_request_and_prefixes_are_adjacent():
+    plan = make_plan(make_cfg(*SMALL, "experiment.replicates=3", "model.generation.temperature=0.7"))
+    reqs = [s.request for s in plan]
+    groups = group_requests(reqs, list(range(len(reqs))))
+    assert len(groups) == len(reqs) // 3
+    for g in groups:
+        assert [reqs[i].replicate for i in g] == [0, 1, 2]
+        assert len({prefix_key(reqs[i]) for i in g}) == 1
+    keys = [prefix_key(reqs[g[0]]) for g in groups]
+    assert keys == sorted(keys)
+    # the two conditions of one episode share the trajectory, so they sit next to each other
+    episodes = [reqs[g[0]].episode_id for g in groups]
+    assert all(episodes[k] == episodes[k + 1] for k in range(0, len(episodes), 2))
+
+
+def test_greedy_replicates_stay_separate_requests():
+    reqs = [s.request for s in make_plan(make_cfg(*SMALL, "experiment.replicates=2"))]
+    assert all(len(g) == 1 for g in group_requests(reqs, list(range(len(reqs)))))
+
+
+def _encode(text: str) -> list[int]:
+    return list(range(len(text.split())))
+
+
+def test_parse_output_counts_thinking_cached_and_each_sequence():
+    output = SimpleNamespace(prompt_token_ids=list(range(120)), num_cached_tokens=96, outputs=[
+        SimpleNamespace(text="<think>3 calls made</think>I will not call again.", token_ids=[1, 2, 3, THINK_END, 5, 6],
+                        finish_reason="stop"),
+        SimpleNamespace(text="<think>still counting", token_ids=[1, 2, 3, 4], finish_reason="length")])
+    first, second = parse_output(output, split_thinking, THINK_END, _encode, "PROMPT", 2.5)
+    assert (first.reasoning, first.prompt_tokens, first.cached_prompt_tokens, first.completion_tokens) == ("3 calls made", 120, 96, 6)
+    assert (first.thinking_tokens, first.answer_tokens, first.finish_reason, first.prompt_text) == (4, 2, "stop", "PROMPT")
+    assert (second.reasoning, second.thinking_tokens, second.answer_tokens, second.finish_reason) == ("still counting", 2, 2, "length")
+    plain = parse_output(SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(text="Hi", token_ids=[7], finish_reason="stop")]),
+                         split_thinking, None, _encode, "P", 0.1)[0]
+    assert (plain.thinking_tokens, plain.answer_tokens, plain.cached_prompt_tokens) == (0, 1, None)
+
+
+class FakeTokenizer:
+    """Renders like a ChatML template; rejects a conversation ending in two user messages, as a strict
+    template would."""
+    chat_template = "{% for message in messages %}{{ message.content }}{% endfor %}"  # knows no tools
+
+    def apply_chat_template(self, messages, tools=None, tokenize=False, add_generation_prompt=True, **kwargs):
+        if messages[-1]["role"] == messages[-2]["role"] == "user":
+            raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
+        return "".join(f"<|{m['role']}|>{m.get('content') or ''}" for m in messages) + "<|assistant|>"
+
+    def encode(self, text, add_special_tokens=False):
+        return _encode(text)
+
+    def get_vocab(self):
+        return {"</think>": THINK_END}
+
+
+class FakeLLM:
+    def __init__(self, max_model_len: int = 100_000):
+        self.calls = []
+        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len))
+
+    def get_tokenizer(self):
+        return FakeTokenizer()
+
+    def chat(self, conversations, sampling_params, use_tqdm, tools, chat_template_kwargs):
+        self.calls.append({"conversations": conversations, "params": sampling_params, "tools": tools,
+                           "chat_template_kwargs": chat_template_kwargs})
+        return [SimpleNamespace(prompt_token_ids=[0] * 50, num_cached_tokens=32, outputs=[
+            SimpleNamespace(text=f"answer {k}", token_ids=[1, 2], finish_reason="stop") for k in range(p["n"])])
+            for p in sampling_params]
+
+
+def test_one_batched_chat_call_with_n_and_per_sample_template_errors():
+    cfg = make_cfg("backend=vllm", *SMALL, "experiment.replicates=2", "model.generation.temperature=0.7")
+    plan = make_plan(cfg)
+    llm = FakeLLM()
+    backend = VLLMBackend(cfg.model, cfg.backend, llm=llm, sampling_params=dict)
+    completions = backend.generate([s.request for s in plan])
+    assert len(llm.calls) == 1  # every accepted prompt in one call
+    call = llm.calls[0]
+    none_samples = [s for s in plan if s.condition == "none"]
+    assert len(call["conversations"]) == len(none_samples) // 2 and all(p["n"] == 2 for p in call["params"])
+    assert call["tools"] is None  # SmolLM2's template takes no tools: Hermes text instead
+    for sample, c in zip(plan, completions):
+        if sample.condition == "status_tail":  # question + status: two user messages, rejected here
+            assert c.error.startswith("template: ValueError: Conversation roles must alternate")
+        else:
+            assert c.error is None and c.text == f"answer {sample.request.replicate}"
+            assert (c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens) == (50, 32, 2)
+            assert c.prompt_text.endswith("<|assistant|>")
+
+
+def test_prompt_over_max_model_len_is_an_error_record():
+    cfg = make_cfg("backend=vllm", *SMALL, "condition=[none]")
+    plan = make_plan(cfg)
+    backend = VLLMBackend(cfg.model, cfg.backend, llm=FakeLLM(max_model_len=10), sampling_params=dict)
+    completions = backend.generate([s.request for s in plan])
+    assert all(c.error.startswith("prompt too long:") and "max_model_len 10" in c.error for c in completions)
+    assert backend.llm.calls == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_missing_vllm_is_a_clear_config_error():
+    cfg = make_cfg("backend=vllm")
+    with pytest.raises(ConfigError, match=r"vllm is not installed"):
+        VLLMBackend(cfg.model, cfg.backend)
+
+
+def _gpu_ready() -> bool:
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not _gpu_ready(), reason="needs vllm and a CUDA GPU (pip install -e '.[gpu]' on a GPU node)")
+def test_real_vllm_engine_on_the_embedded_model(tmp_path):
+    from tests.conftest import run_cli
+
+    proc = run_cli("backend=vllm", "backend.gpu_memory_utilization=0.3", "backend.max_model_len=4096", *SMALL,
+                   "model.generation.max_new_tokens=8", f"run.root={tmp_path}", "run.report=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    [records] = list(tmp_path.rglob("records.jsonl"))
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["error"] is None and r["completion_tokens"] >= 1 for r in rows)
