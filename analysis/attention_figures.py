@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.style import FULL_WIDTH, colors, paper_style, save
+from analysis.style import FULL_WIDTH, colors, save
 from harness.attention import store
 from harness.attention.regions import region_group
 

@@ -46,7 +46,7 @@ def _parse(rows: list[dict], path: Path) -> pd.DataFrame:
         raise ValueError(f"{path}: records lack required fields {missing}; is this a statusbench records file?")
     for r in rows:  # a list of dicts does not fit one parquet column type; keep it as JSON text
         r["tool_calls"] = json.dumps(r.get("tool_calls") or [], sort_keys=True)
-    df = pd.json_normalize(rows, max_level=1)
+    df = pd.DataFrame([_flatten(r) for r in rows])
     for col, dtype in COLUMNS.items():
         if col not in df:
             df[col] = pd.Series([None] * len(df), dtype="object")
@@ -62,6 +62,18 @@ def _parse(rows: list[dict], path: Path) -> pd.DataFrame:
         if df[col].dtype == object:
             df[col] = df[col].map(_as_text).astype("string")
     return df
+
+
+def _flatten(row: dict) -> dict:
+    """One level of nesting as dotted columns (`params.calls_made`); pd.json_normalize does the
+    same but deep-copies every record, which made loading 100k records ~10x slower."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict) and value:
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 def _as_text(value: object) -> str | None:

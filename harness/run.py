@@ -29,7 +29,8 @@ log = logging.getLogger("harness.run")
 register()
 
 
-def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: str) -> Record:
+def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: str,
+              writer: dict[str, Any] | None = None) -> Record:
     label, correct, calls = scenarios.grade(sample.episode, completion)  # the family's own grader
     req = sample.request
     return Record(
@@ -44,7 +45,7 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
         scripted=completion.scripted, created_at=manifest.now(), cost_usd=cost_usd(cfg.model, completion),
-        ttft_s=completion.ttft_s)
+        ttft_s=completion.ttft_s, writer=writer)
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
@@ -88,8 +89,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                         sha = prompt_hash(completion.prompt_text, sample.request.messages, sample.request.tools)
                         prompts.append({"prompt_sha256": sha, "messages": sample.request.messages,
                                         "tools": sample.request.tools, "rendered": completion.prompt_text})
-                        records.append(to_record(sample, completion, cfg, sha))
-                        records[-1].writer = written.get(sample.sample_id)
+                        records.append(to_record(sample, completion, cfg, sha, written.get(sample.sample_id)))
                     if probe:
                         probe.annotate(batch, completions, records)
                     store.append(records, prompts)

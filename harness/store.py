@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
+from harness.jsonl import iter_lines
 from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,7 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
         if repair:
             with open(path, "r+b") as fh:
                 fh.truncate(good_end)
-    rows = []
-    for n, line in enumerate(raw[:good_end].decode("utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise RunDirError(f"{path} line {n} is corrupt ({exc.msg}); move the file away or fix the line") from None
-    return rows
+    return [row for _, row in iter_lines(raw[:good_end].decode("utf-8"), str(path), RunDirError)]
 
 
 class RunStore:

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from harness.config import ConfigError, ScenarioConfig, require
 from harness.context.status import tally
+from harness.jsonl import iter_lines
 from harness.grading import grade
 from harness.types import Episode, Rule, short_hash
 
@@ -55,14 +56,7 @@ def _clean(obj: Any) -> Any:
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"scenario.path: {path} line {n} is not valid JSON ({exc.msg})") from None
-        return rows
+        return [row for _, row in iter_lines(path.read_text(encoding="utf-8"), f"scenario.path: {path}", ConfigError)]
     from harness.dataset import load_rows
 
     return load_rows(path)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 from tests.fault_server import REJECTION, FaultServer
 
 GRID = ["scenario.calls_made=[2,3,4]", "scenario.placement=[early,late]", "scenario.episodes_per_cell=2"]
@@ -17,9 +19,6 @@ SECRET = "sk-statusbench-test-5f0c1e9a7b"
 
 def _run(server: FaultServer, tmp_path: Path, *extra: str):
     env = {**os.environ, "STATUSBENCH_TEST_KEY": SECRET}
-    import subprocess
-    import sys
-
     return subprocess.run([sys.executable, "-m", "harness.run", "backend=openai", f"backend.base_url={server.base_url}",
                            "backend.api_key_env=STATUSBENCH_TEST_KEY", "backend.max_retries=2", "backend.timeout_s=1",
                            "backend.concurrency=4", f"run.root={tmp_path}", "run.name=faults", *GRID, *extra],

@@ -7,27 +7,21 @@ marked scripted.
 """
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, ScriptedBackendConfig
+from harness.jsonl import iter_lines
 from harness.render import split_thinking
 from harness.types import Completion, Request
 
 
 def load_lines(path: str) -> list[dict[str, Any]]:
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"backend.path: {path} line {n} is not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("text", ""), str):
-                raise ConfigError(f"backend.path: {path} line {n} must be an object with a string 'text'")
-            rows.append(row)
+    for n, row in iter_lines(Path(path).expanduser().read_text(encoding="utf-8"), f"backend.path: {path}", ConfigError):
+        if not isinstance(row, dict) or not isinstance(row.get("text", ""), str):
+            raise ConfigError(f"backend.path: {path} line {n} must be an object with a string 'text'")
+        rows.append(row)
     return rows
 
 
