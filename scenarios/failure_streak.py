@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field
 from harness.config import ScenarioConfig, require
 from harness.context.loop_guard import FAILURE_WARN_THRESHOLD
 from harness.grading import grade
+from harness.trajectory import Trajectory
 from harness.types import Episode, Rule, short_hash
 
 from . import register
-from .xfinity import _Trajectory
 
 
 @dataclass
@@ -56,7 +56,7 @@ def _episode(cfg: FailureStreakConfig, failures: int, index: int) -> Episode:
     episode_id = short_hash({"scenario": cfg.name, "params": params,
                              "config": {k: v for k, v in asdict(cfg).items() if k != "failures"}})
     rng = random.Random(episode_id)
-    t = _Trajectory()
+    t = Trajectory()
     t.add("system", {"role": "system", "content": "You are a DevOps agent. Deploy services with the tools provided."})
     t.add("request", {"role": "user", "content": f"Please deploy {cfg.service} to staging."})
     for k in range(failures):

@@ -17,10 +17,10 @@ from functools import partial
 from harness.config import ScenarioConfig, require
 from harness.context.loop_guard import IDENTICAL_CALL_BLOCK_THRESHOLD, call_hash
 from harness.grading import ParsedCall, grade_with
+from harness.trajectory import Trajectory
 from harness.types import Episode, Rule, short_hash
 
 from . import register
-from .xfinity import _Trajectory
 
 GRID_AXES = ("mode", "repeats")
 MODES = ("identical", "paginated")
@@ -65,7 +65,7 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     rng = random.Random(episode_id)
     value = rng.randint(5, 120)
     identical = cell["mode"] == "identical"
-    t = _Trajectory()
+    t = Trajectory()
     t.add("system", {"role": "system", "content": "You are a coding agent. Use the tools to inspect the repository."})
     t.add("request", {"role": "user", "content": f"What is {cfg.setting} set to in {cfg.path}?"})
     pages = []

@@ -17,10 +17,10 @@ from functools import partial
 from harness.config import ScenarioConfig, require
 from harness.context import todo
 from harness.grading import ParsedCall, grade_with
+from harness.trajectory import Trajectory
 from harness.types import Episode, Rule, short_hash
 
 from . import register
-from .xfinity import _Trajectory
 
 GRID_AXES = ("completed_steps", "tool", "ask")
 ASKS = ("current", "next", "remaining")
@@ -87,7 +87,7 @@ TOOLS = [
     ]]
 
 
-def _work_round(t: _Trajectory, rng: random.Random, files: list[str]) -> None:
+def _work_round(t: Trajectory, rng: random.Random, files: list[str]) -> None:
     path = rng.choice(files)
     kind = rng.choice(["read", "edit", "test"])
     if kind == "read":
@@ -116,7 +116,7 @@ def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
     constants = {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}
     episode_id = short_hash({"scenario": cfg.name, "params": params, "config": constants})
     rng = random.Random(episode_id)
-    t = _Trajectory()
+    t = Trajectory()
     t.add("system", {"role": "system", "content": (
         "You are a coding agent working in a repository. Keep a checklist of the task with the checklist "
         "tools and follow it step by step.")})

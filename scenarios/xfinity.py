@@ -7,13 +7,13 @@ limit and every text template without code.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from dataclasses import asdict, dataclass, field
 
 from harness.config import ScenarioConfig, require
 from harness.grading import grade
-from harness.types import Episode, Message, Rule, short_hash
+from harness.trajectory import Trajectory
+from harness.types import Episode, Rule, short_hash
 
 from . import register
 
@@ -119,24 +119,6 @@ def _tool_schemas(cfg: XfinityConfig) -> list[dict]:
     ]
 
 
-class _Trajectory:
-    """Accumulates messages with their tags and numbers tool calls."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.tags: list[str] = []
-
-    def add(self, tag: str, message: Message) -> None:
-        self.messages.append(message)
-        self.tags.append(tag)
-
-    def tool_round(self, tag: str, name: str, arguments: dict, result: str) -> None:
-        call_id = f"call_{sum(1 for m in self.messages if m.get('tool_calls')) + 1}"
-        self.add(tag, {"role": "assistant", "content": "", "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]})
-        self.add(tag, {"role": "tool", "tool_call_id": call_id, "name": name, "content": result})
-
-
 def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "limit": cfg.limit, "target": cfg.target, "tool": cfg.tool, "index": index}
     constants = {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}
@@ -156,7 +138,7 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     before, after = {"early": ([], distractors), "late": (distractors, []),
                      "middle": (distractors[:half], distractors[half:])}[cell["placement"]]
 
-    t = _Trajectory()
+    t = Trajectory()
     t.add("system", {"role": "system", "content": cfg.system_prompt.format(**fmt)})
     t.add("request", {"role": "user", "content": cfg.request.format(**fmt)})
 

@@ -53,3 +53,4 @@ def test_sigkill_and_resume_loses_and_duplicates_nothing(tmp_path: Path):
     # same ids, same rendered prompts, and (greedy) the same outputs as the uninterrupted run
     assert {r["sample_id"]: (r["prompt_sha256"], r["text"]) for r in records} == expected
     assert kills >= 1
+    print(f"SIGKILLs survived: {kills}, records: {len(records)}, lost: {len(expected) - len(records)}")
