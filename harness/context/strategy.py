@@ -99,10 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     for ep in scenarios.build_episodes(cfg.scenario)[:args.episodes]:
         rows += reuse_table(ep, bar_cfg, lambda msgs, ep=ep: tokenize(msgs, ep.tools))
     df = pd.DataFrame(rows)
-    print(df.pivot_table(index=["episode", "turn"], columns="strategy", values=["prompt_tokens", "shared_with_previous"])
-          .to_markdown())
+    per_turn = df.pivot_table(index=["episode", "turn"], columns="strategy", values=["prompt_tokens", "shared_with_previous"])
+    per_turn.columns = [f"{strategy}: {'shared' if value == 'shared_with_previous' else 'prompt'}"
+                        for value, strategy in per_turn.columns]
+    print("Prompt tokens per turn and tokens shared with the previous turn's prompt:\n"
+          + per_turn.reset_index().to_markdown(index=False))
     totals = df.groupby("strategy")[["prompt_tokens", "shared_with_previous", "new_tokens"]].sum()
-    totals["reuse"] = totals["shared_with_previous"] / totals["prompt_tokens"]
+    totals["reuse"] = (totals["shared_with_previous"] / totals["prompt_tokens"]).round(3)
     print("\nTotals over all turns (reuse = shared / prompt tokens):\n" + totals.to_markdown())
 
 
