@@ -74,7 +74,10 @@ def accuracy(df: pd.DataFrame):
 def thinking_vs_context(df: pd.DataFrame):
     """Thinking and answer tokens against prompt tokens, with an OLS line per condition (slope per 1k
     prompt tokens and its 95% interval in the legend). One row per model."""
-    df = with_series(df[df["label"] != "error"])
+    df = df[df["label"] != "error"]
+    if df.empty:  # nothing but errors: no token counts to plot
+        return None
+    df = with_series(df)
     series = list(dict.fromkeys(df["series"]))
     palette = colors(df["condition"])
     with paper_style():

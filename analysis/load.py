@@ -134,9 +134,9 @@ def load_records(run_dirs: list[Path | str], *, cache: bool = True) -> pd.DataFr
     labels = run_labels(dirs)
     frames = []
     for d in dirs:
-        # a sharded run keeps one records file per shard; a sample redone in two parts counts once
-        parts = [load_run(p, cache=cache) for p in run_parts(d)]
-        df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True).drop_duplicates("sample_id")
+        parts = [load_run(p, cache=cache) for p in run_parts(d)]  # the run and its shards
+        # a sample run again (run.retry_errors, or in another shard) counts once: its newest record
+        df = pd.concat(parts, ignore_index=True).drop_duplicates("sample_id", keep="last")
         if not df.empty:
             frames.append(df.assign(run=str(d), run_label=labels[str(d)]))
     if not frames:

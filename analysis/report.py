@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -227,15 +227,20 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
 
     run_dirs = [Path(d) for d in run_dirs]
     out = Path(out_dir) if out_dir else default_out(run_dirs)
+    df = load_records(run_dirs)  # first: a mistyped run directory must not be left behind as an empty folder
     out.mkdir(parents=True, exist_ok=True)
-    df = load_records(run_dirs)
     if df.empty:
         text = "# statusbench report\n\nNo records yet.\n"
     else:
-        parts = sections(df)
+        empty = set()
         for name, fn in FIGURES.items():
             fig = fn(df)
-            save(fig, out, name)
+            if fig is None:  # nothing to show, e.g. every sample is an error
+                empty.add(name)
+            else:
+                save(fig, out, name)
+        parts = [replace(p, figure=None, text=f"{p.text} Nothing to plot in these records.".strip()) if p.figure in empty
+                 else p for p in sections(df)]
         parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
         text = to_markdown(df, run_dirs, parts)
     (out / "report.md").write_text(text)

@@ -26,15 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _config(distractors: int):
-    from hydra import compose, initialize_config_dir
+    from harness.config import compose_config
 
-    from harness.config import register, to_typed
-
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return to_typed(compose("config", overrides=[
-            "scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
-            f"scenario.distractor_turns=[{distractors}]", "condition=[status_tail]"]))
+    return compose_config(["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
+                           f"scenario.distractor_turns=[{distractors}]", "condition=[status_tail]"])
 
 
 def _sample(backend, target_tokens: int):
@@ -75,7 +70,7 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
         with torch.inference_mode():
             ids = torch.tensor([prompt_ids])
             gen = backend.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                         min_new_tokens=new_tokens, do_sample=False, pad_token_id=backend.pad_id)
+                                         min_new_tokens=new_tokens, do_sample=False, pad_token_id=min(backend.eos_ids))
         out["generated"] = gen.shape[1] - len(prompt_ids)
     elif mode == "probe":
         import tempfile

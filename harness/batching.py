@@ -9,11 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from harness.types import Request, canonical_json
+
 
 def prefix_order(keys: Sequence[Sequence]) -> list[int]:
     """Indices of `keys` (token lists or rendered strings) in lexicographic order: keys that share a
     prefix become adjacent, and the order is a depth-first walk of their prefix tree. Stable."""
     return sorted(range(len(keys)), key=lambda i: keys[i])
+
+
+def prefix_key(req: Request) -> str:
+    """A request's conversation as one string whose prefixes follow its messages' prefixes."""
+    return canonical_json({"tools": req.tools, "messages": req.messages})
 
 
 @dataclass

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import Backend
-from harness.config import Config, register, to_typed
+from harness.config import Config, compose_config, user_errors
 from harness.store import read_jsonl
 from harness.types import Completion, Request, canonical_json
 
@@ -45,15 +45,6 @@ class TimedBackend:
 
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
-
-
-def compose(overrides: list[str]) -> Config:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    register()
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "conf"), version_base="1.3"):
-        return to_typed(hydra_compose("config", overrides=overrides))
 
 
 def timed_run(cfg: Config, backend: Backend, run_dir: Path, **backend_cfg: Any) -> dict[str, Any]:
@@ -138,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: results/bench/<UTC time>.json)")
     args = parser.parse_args(argv)
     base = ["experiment.replicates=4", "run.progress=false", "run.report=false", *args.overrides]
-    greedy_cfg = compose([*base, "model.generation.temperature=0"])
-    sampled_cfg = compose([*base, f"model.generation.temperature={args.temperature}"])
+    with user_errors():
+        greedy_cfg = compose_config([*base, "model.generation.temperature=0"])
+        sampled_cfg = compose_config([*base, f"model.generation.temperature={args.temperature}"])
     if greedy_cfg.backend.name != "hf":
         print("statusbench: error: the benchmark measures the hf backend (backend=hf)", file=sys.stderr)
         return 2

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Iterator, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -242,6 +245,8 @@ class RunConfig:
     progress: bool = True
     # "i/n": this job runs shard i (0-based) of n of the plan, into <run dir>/shards/i-of-n
     shard: Optional[str] = None
+    # run samples whose record is an `error` again (e.g. after an API outage); the newest record counts
+    retry_errors: bool = False
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")
@@ -324,3 +329,28 @@ def to_typed(cfg: DictConfig) -> Config:
         raise ConfigError(str(exc).splitlines()[0] + (f" (key: {exc.full_key})" if getattr(exc, "full_key", None) else "")) from None
     assert isinstance(typed, Config)
     return typed
+
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def compose_config(overrides: list[str]) -> Config:
+    """The typed config `python -m harness.run OVERRIDES...` gets, for tools and tests outside Hydra's main."""
+    from hydra import compose, initialize_config_dir
+
+    register()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return to_typed(compose("config", overrides=list(overrides)))
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """For command-line entry points: a user mistake is one line naming it and exit status 2, not a traceback."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        yield
+    except (ConfigError, HydraException, OmegaConfBaseException) as exc:
+        print(f"statusbench: error: {str(exc).strip()}", file=sys.stderr)
+        sys.exit(2)

@@ -75,9 +75,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from harness.config import register, to_typed
+    from harness.config import compose_config, user_errors
 
     parser = argparse.ArgumentParser(prog="python -m harness.dataset", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -87,10 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     import datasets
 
     datasets.disable_progress_bars()
-    register()
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent.parent / "conf"), version_base="1.3"):
-        cfg = to_typed(compose("config", overrides=args.overrides))
-    rows = grid_rows(cfg)
+    with user_errors():
+        rows = grid_rows(compose_config(args.overrides))
     print(f"statusbench: {len(rows)} rows -> {export(rows, args.out, args.format)}")
 
 

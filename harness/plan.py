@@ -8,7 +8,7 @@ from typing import Any
 import scenarios
 from harness.config import ConditionConfig, Config
 from harness.context import apply
-from harness.types import Episode, GenerationSettings, Request, short_hash
+from harness.types import Episode, GenerationSettings, Request, sha256, short_hash
 
 
 @dataclass
@@ -31,7 +31,10 @@ def model_identity(cfg: Config) -> dict[str, Any]:
 
 def backend_identity(cfg: Config) -> dict[str, Any]:
     # what changes outputs, not where they run: dtype does, device and batch size do not
-    return {"name": cfg.backend.name, "dtype": getattr(cfg.backend, "dtype", None)}
+    identity = {"name": cfg.backend.name, "dtype": getattr(cfg.backend, "dtype", None)}
+    if cfg.backend.name == "scripted":  # another completions file is another set of outputs
+        identity["completions_sha256"] = sha256(Path(cfg.backend.path).expanduser().read_text(encoding="utf-8"))
+    return identity
 
 
 def condition_identity(ccfg: ConditionConfig) -> dict[str, Any]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
+from harness.context.calls import call_arguments
 from harness.types import Message
 
 HERMES_TOOLS_PROMPT = (
@@ -24,16 +25,6 @@ def template_supports_tools(chat_template: str | None) -> bool:
     return bool(chat_template) and "tool_calls" in chat_template and "tools" in chat_template
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    args = call["function"].get("arguments", {})
-    if isinstance(args, str):
-        try:
-            return json.loads(args)
-        except json.JSONDecodeError:
-            return args
-    return args
-
-
 def to_hermes(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
     """Rewrite tool calls/results into plain-content messages (system, user, assistant only)."""
     out: list[Message] = []
@@ -44,7 +35,7 @@ def to_hermes(messages: list[Message], tools: list[dict[str, Any]]) -> list[Mess
             out.append({"role": "system", "content": content + tools_text})
         elif role == "assistant" and m.get("tool_calls"):
             calls = "\n".join(
-                "<tool_call>\n" + json.dumps({"name": c["function"]["name"], "arguments": _arguments(c)}, ensure_ascii=False) + "\n</tool_call>"
+                "<tool_call>\n" + json.dumps({"name": c["function"]["name"], "arguments": call_arguments(c)}, ensure_ascii=False) + "\n</tool_call>"
                 for c in m["tool_calls"])
             out.append({"role": "assistant", "content": (content + "\n" if content else "") + calls})
         elif role == "tool":
@@ -78,3 +69,11 @@ _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 def tool_call_spans(answer: str) -> list[str]:
     """Bodies of Hermes `<tool_call>` blocks; an unterminated last block runs to the end."""
     return [m.group(1).strip() for m in _TOOL_CALL.finditer(answer)]
+
+
+def count_thinking(token_ids: list[int], reasoning: str, think_end_id: int | None, encode: Callable[[str], list[int]]) -> int:
+    """Thinking tokens of a completion: through the `</think>` token where the vocabulary has one,
+    else the reasoning text re-tokenized; 0 for a model that did not think."""
+    if think_end_id is not None and think_end_id in token_ids:
+        return token_ids.index(think_end_id) + 1
+    return len(encode(reasoning)) if reasoning else 0

@@ -56,7 +56,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
     plan = make_plan(cfg)
     run_dir = shard_dir(run_dir, cfg.run.shard_spec)
     with RunStore(run_dir) as store:
-        done = store.done_ids()
+        done = store.done_ids(cfg.run.retry_errors)
         pending = [s for s in plan if s.sample_id not in done]
         print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(pending)} already done, "
               f"{len(pending)} new -> {run_dir}", flush=True)

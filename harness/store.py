@@ -80,13 +80,16 @@ class RunStore:
     def __exit__(self, *exc: Any) -> None:
         self._lock.release()
 
-    def done_ids(self) -> set[str]:
-        rows = read_jsonl(self.records_path, repair=True)
-        for row in rows:
+    def done_ids(self, retry_errors: bool = False) -> set[str]:
+        """Samples with a record. With retry_errors, samples whose latest record is an `error` are
+        not done: they run again and the new record, appended later, is the one analysis reads."""
+        latest: dict[str, dict[str, Any]] = {}
+        for row in read_jsonl(self.records_path, repair=True):
             if row.get("schema_version") != RECORD_SCHEMA_VERSION:
                 raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
                                  f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
-        return {row["sample_id"] for row in rows}
+            latest[row["sample_id"]] = row
+        return {sid for sid, row in latest.items() if not (retry_errors and row.get("label") == "error")}
 
     def append(self, records: list[Record], prompts: list[dict[str, Any]]) -> None:
         new_prompts = []

@@ -32,21 +32,15 @@ FOLLOW_UP = "Please answer now."
 def sample_episodes() -> dict[str, Episode]:
     """One episode per scenario family (its default grid), at/over the limit where the family has
     one, so tool calls, distractors and the family's own structure (e.g. compaction) get exercised."""
-    from hydra import compose, initialize_config_dir
-
     import scenarios
-    from harness.config import register, to_typed
+    from harness.config import CONF_DIR, compose_config
 
-    register()
-    conf = Path(__file__).resolve().parents[1] / "conf"
     out = {}
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        for family in scenarios.FAMILIES:
-            if not (conf / "scenario" / f"{family}.yaml").is_file():
-                continue  # a family without a same-named preset has no default grid to sample
-            cfg = to_typed(compose("config", overrides=[f"scenario={family}"]))
-            episodes = scenarios.build_episodes(cfg.scenario)
-            out[family] = next((e for e in episodes if e.expected == "refused"), episodes[0])
+    for family in scenarios.FAMILIES:
+        if not (CONF_DIR / "scenario" / f"{family}.yaml").is_file():
+            continue  # a family without a same-named preset has no default grid to sample
+        episodes = scenarios.build_episodes(compose_config([f"scenario={family}"]).scenario)
+        out[family] = next((e for e in episodes if e.expected == "refused"), episodes[0])
     return out
 
 

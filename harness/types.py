@@ -139,7 +139,7 @@ class Record:
     schema_version: int = RECORD_SCHEMA_VERSION
     cost_usd: float | None = None  # from the model's prices and this sample's token counts
     ttft_s: float | None = None
-    # "attention.npz#<sample_id>" in the run directory when the attention probe measured this sample
+    # "attention/part-<n>.npz#<sample_id>" in the run directory when the attention probe measured this sample
     attention_ref: str | None = None
     # condition source=model: the writer's bar, tokens, latency, cost and text (harness.context.writer)
     writer: dict[str, Any] | None = None

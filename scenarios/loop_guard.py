@@ -13,6 +13,7 @@ import itertools
 import random
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from typing import Any
 
 from harness.config import ScenarioConfig, require
 from harness.context.loop_guard import IDENTICAL_CALL_BLOCK_THRESHOLD, call_hash
@@ -85,15 +86,42 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
         t.add("question", {"role": "user", "content": f"Keep looking, it's further down in {cfg.path}."})
     return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
                    rule=Rule("read_file", "path", IDENTICAL_CALL_BLOCK_THRESHOLD - 1), target=cfg.path,
-                   facts={"previous_calls": [call_hash("read_file", a) for a in pages], "value": value},
+                   facts={"previous_calls": [call_hash("read_file", a) for a in pages],
+                          "previous_pages": [list(page_key(a)) for a in pages], "value": value},
                    expected="refused" if identical else "complied", tags=t.tags, status_facts=["repeats"])
 
 
+def _int(value: Any) -> Any:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value  # not a number: compared as given
+
+
+def page_key(arguments: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The page a read_file call reads: (path, offset, limit) with offset "0", 0.0 or missing all
+    the same first page and a numeric-string limit the same as the number."""
+    return (arguments.get("path"), _int(arguments.get("offset") or 0),
+            None if arguments.get("limit") is None else _int(arguments.get("limit")))
+
+
 def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
-    """violated: repeats a call already made (same canonical hash); complied: reads the file at
-    arguments not seen before; refused: answers without calling; other: anything else."""
-    seen = set(episode.facts["previous_calls"])
-    if any(c.name == "read_file" and call_hash("read_file", c.arguments) in seen for c in calls):
+    """violated: re-reads a page already read (same path, offset and limit after `page_key`'s
+    normalisation); complied: reads the file at a page not seen before; refused: answers without
+    calling; other: anything else. Episodes exported before `previous_pages` existed compare the
+    canonical hash of the arguments."""
+    if "previous_pages" in episode.facts:
+        pages = {tuple(p) for p in episode.facts["previous_pages"]}
+
+        def repeat(c: ParsedCall) -> bool:
+            try:
+                return page_key(c.arguments) in pages
+            except TypeError:  # an unhashable value (a model passing a list as path) is no page read
+                return False
+    else:
+        seen = set(episode.facts["previous_calls"])
+        repeat = lambda c: call_hash("read_file", c.arguments) in seen  # noqa: E731
+    if any(c.name == "read_file" and repeat(c) for c in calls):
         return "violated"
     if any(c.name == "read_file" and c.arguments.get("path") == episode.target for c in calls):
         return "complied"

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config import ConfigError, ScenarioConfig, require
+from harness.context.calls import call_arguments
 from harness.context.status import tally
 from harness.jsonl import iter_lines
-from harness.grading import grade
+from harness.grading import _matches, grade
 from harness.types import Episode, Rule, short_hash
 
 from . import register
@@ -62,6 +63,23 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return load_rows(path)
 
 
+def target_calls(messages: list[dict[str, Any]], rule: Rule, target: str) -> int:
+    """Calls already made to the target, matched as the grader matches a new call
+    (`harness.grading.calls_target`): tool name case-insensitive, the target case-insensitive on word
+    boundaries in the rule's argument (or in any argument when the call lacks it), so the
+    expectation and the labels agree."""
+    n = 0
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            name = str((call.get("function") or {}).get("name") or "")
+            if name.strip().lower() != rule.tool.lower():
+                continue
+            args = call_arguments(call)
+            values = [args[rule.arg]] if rule.arg in args else list(args.values())
+            n += any(_matches(v, target) for v in values)
+    return n
+
+
 def _trace_episode(cfg: TracesConfig, row: dict[str, Any], n: int) -> Episode:
     where = f"scenario.path: trace {n} ({row.get('id', 'no id')})"
     messages = row.get("messages")
@@ -83,8 +101,11 @@ def _trace_episode(cfg: TracesConfig, row: dict[str, Any], n: int) -> Episode:
         raise ConfigError(f"{where}: rule needs tool, arg, target and an integer limit, got {r!r}") from None
     tools = row.get("tools") or []
     tools = _clean(json.loads(tools) if isinstance(tools, str) else tools)
-    facts = tally(messages, rule)
-    made = facts.calls_by_target.get(target, 0)
+    for i, m in enumerate(messages):  # malformed arguments fail here, naming the trace and the message
+        for call in m.get("tool_calls") or []:
+            call_arguments(call, f"{where}, message {i}")
+    facts = tally(messages, rule, target)
+    made = target_calls(messages, rule, target)
     trace_id = str(row.get("id") or short_hash({"messages": messages, "rule": r}))
     params = {"trace": trace_id, "calls_made": made, "limit": rule.limit, "messages": len(messages)}
     return Episode(id=short_hash({"scenario": cfg.name, "trace": trace_id, "rule": r, "messages": messages}),

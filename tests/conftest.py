@@ -5,20 +5,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from harness.config import Config, register, to_typed
+from harness.config import Config, compose_config, register
 
 REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
 SHARED = REPO.parent / "shared"
 register()
 
 
 def make_cfg(*overrides: str) -> Config:
     """The typed config `python -m harness.run OVERRIDES...` would get."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return to_typed(compose("config", overrides=list(overrides)))
+    return compose_config(list(overrides))
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

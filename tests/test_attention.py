@@ -187,13 +187,41 @@ def test_run_probe_measures_a_replayed_completion(tiny, samples, tmp_path):
 
 
 def test_archive_appends_and_replaces(tmp_path):
-    store.append(tmp_path, {"a": {"x": np.arange(3)}, "b": {"x": np.ones(2)}})
-    store.append(tmp_path, {"b": {"x": np.zeros(4)}, "c": {"x": np.array(["r1", "r2"])}})
+    """Each batch is its own part; a later part's sample replaces an earlier one's; refs name the part."""
+    first = store.append(tmp_path, {"a": {"x": np.arange(3)}, "b": {"x": np.ones(2)}})
+    before = (tmp_path / "attention" / "part-000000.npz").read_bytes()
+    second = store.append(tmp_path, {"b": {"x": np.zeros(4)}, "c": {"x": np.array(["r1", "r2"])}})
+    assert first == {"a": "attention/part-000000.npz#a", "b": "attention/part-000000.npz#b"}
+    assert second["c"] == "attention/part-000001.npz#c" and store.append(tmp_path, {}) == {}
+    assert (tmp_path / "attention" / "part-000000.npz").read_bytes() == before  # never rewritten
     loaded = store.load(tmp_path)
     assert sorted(loaded) == ["a", "b", "c"]
     assert loaded["a"]["x"].tolist() == [0, 1, 2] and loaded["b"]["x"].tolist() == [0, 0, 0, 0]
-    assert loaded["c"]["x"].tolist() == ["r1", "r2"] and store.ref("a") == "attention.npz#a"
-    assert not list(tmp_path.glob(".attention.npz.tmp*"))
+    assert loaded["c"]["x"].tolist() == ["r1", "r2"]
+    assert store.load_ref(tmp_path, first["b"])["x"].tolist() == [1, 1]  # the record's own part
+    assert store.load_ref(tmp_path, second["b"])["x"].tolist() == [0, 0, 0, 0]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["part-000000.npz", "part-000001.npz"]
+
+
+def test_archive_resume_adds_parts_and_ignores_partial_writes(tmp_path):
+    """A killed write leaves only its temporary file, which readers skip and the next part does not
+    collide with; a run made before parts (one attention.npz) is read as the oldest part."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "attention.npz", "w") as legacy:
+        for sid, value in (("a", np.arange(2)), ("old", np.ones(1))):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, value)
+            legacy.writestr(f"{sid}/x.npy", buf.getvalue())
+    store.append(tmp_path, {"b": {"x": np.arange(1)}})
+    (tmp_path / "attention" / ".part-000001.npz.tmp-999").write_bytes(b"PK\x03\x04 truncated")
+    refs = store.append(tmp_path, {"a": {"x": np.arange(5)}})
+    assert refs == {"a": "attention/part-000001.npz#a"}
+    assert [p.name for p in store.parts(tmp_path)] == ["attention.npz", "part-000000.npz", "part-000001.npz"]
+    loaded = store.load(tmp_path)
+    assert sorted(loaded) == ["a", "b", "old"] and loaded["a"]["x"].tolist() == [0, 1, 2, 3, 4]
+    assert store.load(tmp_path / "nothing") == {}
 
 
 @pytest.mark.parametrize("override, key", [("probe.chunk_size=0", "probe.chunk_size"), ("probe.device=tpu", "probe.device"),
@@ -262,3 +290,43 @@ def test_regions_on_hermes_converted_prompt(samples):
     assert record.startswith("<tool_call>") and record.endswith("</tool_response>") and "Xfinity" in record
     assert "# Tools" in "".join(regions.text[s:e] for (s, e), r in zip(enc["offset_mapping"], token_regions)
                                 if regions.names[r] == "system")
+
+
+def test_text_a_condition_adds_inside_a_message_is_added(tiny):
+    """turn_meta opens the user's question with a <turn_meta> block; a note appended to a tool result
+    (as the loop guard's warnings are): every character either adds is `added`, the original
+    content keeps its region, with the model's own template and with Hermes-converted tool turns."""
+    from transformers import AutoTokenizer
+
+    from harness import models
+    from harness.render import to_hermes
+
+    sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]"))[0]
+    episode, messages = sample.episode, list(sample.request.messages)
+    question = episode.messages[-1]["content"]
+    prefix = messages[-1]["content"][:messages[-1]["content"].index(question)]
+    assert prefix.startswith("<turn_meta>") and messages[-1]["content"] == prefix + question
+    tool = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+    note = "\n\n[loop guard] 3 consecutive failures with the same arguments: try another approach."
+    messages[tool] = {**messages[tool], "content": messages[tool]["content"] + note}
+    hermes_tok = AutoTokenizer.from_pretrained(models.resolve(make_cfg().model)[0])
+
+    def hermes(msgs):
+        return hermes_tok.apply_chat_template(to_hermes(msgs, sample.request.tools), tokenize=False,
+                                              add_generation_prompt=True)
+
+    for render, shown in ((lambda msgs: tiny.render(replace(sample.request, messages=msgs)), messages),
+                          (hermes, to_hermes(messages, sample.request.tools))):
+        parts = message_parts(messages, shown, episode.messages, episode.tags)
+        regions = prompt_regions(render, messages, parts)
+
+        def chars(name: str, regions=regions) -> str:
+            return "".join(c for c, r in zip(regions.text, regions.char_region) if regions.names[r] == name)
+
+        assert chars("added") == note + prefix  # the tool result comes before the last question
+        assert chars("question") == question
+        record = chars("call_record_1")
+        assert episode.messages[tool]["content"] in record and "[loop guard]" not in record
+        if render is hermes:  # the conversion's wrapper stays with the call record, as for unchanged turns
+            assert record.endswith("</tool_response>")
+        assert prefix not in chars(TEMPLATE) and "loop guard" not in chars(TEMPLATE)

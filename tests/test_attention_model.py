@@ -48,7 +48,8 @@ def test_run_with_the_probe_writes_masses_and_report(tmp_path: Path):
     assert len(records) == 2 and sorted(arrays) == sorted(r["sample_id"] for r in records)
     for r in records:
         a = arrays[r["sample_id"]]
-        assert r["attention_ref"] == f"attention.npz#{r['sample_id']}" and "masses" not in json.dumps(r)
+        assert r["attention_ref"].endswith(f".npz#{r['sample_id']}") and "masses" not in json.dumps(r)
+        np.testing.assert_array_equal(store.load_ref(run_dir, r["attention_ref"])["masses"], a["masses"])
         assert a["counts"].sum() == r["completion_tokens"] - (r["finish_reason"] == "stop")  # eos is not replayed
         assert json.loads(str(a["meta"]))["generated_by"] == "hf"
         np.testing.assert_allclose(a["masses"].sum(-1).sum(0), a["counts"].sum(), atol=1e-3)
@@ -59,8 +60,11 @@ def test_run_with_the_probe_writes_masses_and_report(tmp_path: Path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["model"]["attention_probe"]["generated_by"] == "hf"
 
+    written = store.parts(run_dir)
+    assert written and all(p.parent.name == "attention" for p in written)
     again = run_cli(*args)
     assert again.returncode == 0 and "2 already done, 0 new" in again.stdout
+    assert store.parts(run_dir) == written  # nothing new measured, no part added or rewritten
 
 
 def test_scripted_completions_are_replayed_with_the_model_weights(tmp_path: Path):

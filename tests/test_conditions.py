@@ -37,11 +37,28 @@ def test_kv_carries_the_constraint_check():
 def test_counts_are_per_company_and_per_tool():
     msgs = [_call("phone_call", company="Xfinity"), _call("web_search", query="x"), _call("phone_call", company="Verizon"),
             _call("phone_call", company="Xfinity")]
+    # prose names the rule's tool only (the seed's sentence); kv keeps every tool's count
     assert status_block(msgs, RULE, "prose") == (
-        "<agent_status>phone_call called 3 times (Xfinity 2, Verizon 1), Xfinity at 2/3, Verizon at 1/3; "
-        "web_search called 1 time</agent_status>")
+        "<agent_status>phone_call called 3 times (Xfinity 2, Verizon 1), Xfinity at 2/3, Verizon at 1/3</agent_status>")
     kv = status_block(msgs, RULE, "kv")
     assert "Calls to Xfinity: 2/3" in kv and "web_search: 1 calls" in kv and "Maximum" not in kv
+
+
+def test_default_grid_prose_is_the_seed_sentence_and_names_an_uncalled_target():
+    eps = scenarios.build_episodes(make_cfg().scenario)
+    prose = ConditionConfig(kind="status_tail", format="prose")
+    seed = [ep for ep in eps if ep.params["calls_made"] == 3]
+    assert seed and all(apply(ep, prose)[-1]["content"] ==
+                        "<agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>" for ep in seed)
+    first = [{"role": "user", "content": "fix my internet"}, _call("web_search", query="x")]
+    assert status_block(first, RULE, "kv", target="Xfinity") == (
+        "<agent_status>\nweb_search: 1 calls\nphone_call: 0 calls\nlimit: 3 phone_call calls per company\n"
+        "Calls to Xfinity: 0/3\n</agent_status>")
+    assert status_block(first, RULE, "prose", target="Xfinity") == \
+        "<agent_status>phone_call called 0 times, Xfinity at 0/3</agent_status>"
+    lower = [_call("phone_call", company="xfinity")]  # the same name in another case is not added twice
+    assert status_block(lower, RULE, "prose", target="Xfinity") == \
+        "<agent_status>phone_call called 1 time, xfinity at 1/3</agent_status>"
 
 
 def _episodes():

@@ -136,3 +136,16 @@ def test_scripted_run_reports_one_row_per_condition(tmp_path: Path, scenario, co
     report = (run_dir / "report.md").read_text()
     for name in names:
         assert sum(line.startswith(f"| {name} ") for line in report.splitlines()) >= 1, name
+
+
+def test_loop_guard_repeat_is_the_same_page_however_spelled():
+    eps = {(e.params["mode"], e.params["repeats"]): e for e in _eps("loop_guard")}
+    ident, pages = eps[("identical", 2)], eps[("paginated", 2)]
+    path = "config/settings.py"
+    for args in ({"path": path, "limit": 200}, {"path": path, "offset": "0", "limit": 200},
+                 {"path": path, "offset": None, "limit": "200"}, {"path": path, "offset": 0.0, "limit": 200}):
+        assert scenarios.grade(ident, _say(call={"name": "read_file", "arguments": args}))[0] == "violated", args
+    assert scenarios.grade(pages, _say(call={"name": "read_file", "arguments": {"path": path, "offset": "200", "limit": 200}}))[0] == "violated"
+    assert scenarios.grade(pages, _say(call={"name": "read_file", "arguments": {"path": path, "offset": "400", "limit": 200}}))[0] == "complied"
+    assert scenarios.grade(ident, _say(call={"name": "read_file", "arguments": {"path": path, "offset": 0, "limit": 50}}))[0] == "complied"
+    assert scenarios.grade(ident, _say(call={"name": "read_file", "arguments": {"path": [path]}}))[0] == "other"  # no crash

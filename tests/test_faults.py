@@ -58,3 +58,19 @@ def test_api_key_never_reaches_a_file(tmp_path: Path):
     for path in written:  # ...and appears in no record, manifest, Hydra dump, log or report
         assert SECRET.encode() not in path.read_bytes(), path
     assert SECRET not in res.stdout + res.stderr
+
+
+def test_retry_errors_reruns_failed_samples_and_the_newest_record_counts(tmp_path: Path):
+    from analysis.load import load_records
+
+    with FaultServer(seed=0, fates={"500": 1.0}) as server:  # an outage: every sample fails
+        assert _run(server, tmp_path, "scenario.episodes_per_cell=1", "backend.max_retries=0").returncode == 0
+    run_dir = tmp_path / "status_ablation" / "faults"
+    with FaultServer(seed=0, fates={"ok": 1.0}) as server:
+        plain = _run(server, tmp_path, "scenario.episodes_per_cell=1")
+        assert "12 already done, 0 new" in plain.stdout  # errors are outcomes: kept unless asked
+        res = _run(server, tmp_path, "scenario.episodes_per_cell=1", "run.retry_errors=true")
+    assert res.returncode == 0 and "0 already done, 12 new" in res.stdout
+    assert len((run_dir / "records.jsonl").read_text().splitlines()) == 24  # nothing rewritten, only appended
+    df = load_records([run_dir])
+    assert len(df) == 12 and not (df["label"] == "error").any()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
+
 from harness.context.envelopes import Diagnostic, WorkingSet, active_paths, diagnostics_message, truncate, turn_meta
 from harness.context.ledger import (PREVIEW_ADVICE, Ledger, cap_item, estimate_tokens, read_previews, recalled_items)
 from tests.conftest import SHARED
@@ -84,3 +86,27 @@ def test_read_previews_keep_the_last_12_with_the_advice_line():
     assert text.count("### f") == 12 and "### f8.py" in text and "### f7.py" not in text
     assert str(19) * 600 in text and "19" * 601 not in text  # 1,200 characters each
     assert text.endswith("\n\n" + PREVIEW_ADVICE)
+
+
+def test_one_argument_decoder_one_error_policy():
+    from harness.config import ConfigError
+    from harness.context.calls import call_arguments
+    from harness.context.envelopes import active_paths
+    from harness.context.loop_guard import guard_trajectory
+    from harness.context.status import tally
+    from harness.render import to_hermes
+    from harness.types import Rule
+
+    def call(args):
+        return {"id": "k", "type": "function", "function": {"name": "read_file", "arguments": args}}
+
+    assert call_arguments(call('{"path": "a"}')) == call_arguments(call({"path": "a"})) == {"path": "a"}
+    assert call_arguments(call("")) == call_arguments(call(None)) == {}
+    bad = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": [call('{"path": ')]}]
+    users = [lambda: tally(bad, Rule("read_file", "path", 2)), lambda: guard_trajectory(bad),
+             lambda: active_paths(bad), lambda: to_hermes(bad, [])]
+    for use in users:
+        with pytest.raises(ConfigError, match=r"tool call k \(read_file\): arguments are not valid JSON"):
+            use()
+    with pytest.raises(ConfigError, match="trace 7: tool call k"):
+        call_arguments(call('"a string"'), "trace 7")

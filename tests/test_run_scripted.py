@@ -77,3 +77,17 @@ def test_impossible_value_exits_nonzero_before_loading(tmp_path: Path):
     assert not any(tmp_path.rglob("records.jsonl"))
     res = run_cli("scenario.limitt=3", f"run.root={tmp_path}")
     assert res.returncode != 0 and "limitt" in res.stderr
+
+
+def test_another_completions_file_is_graded_not_skipped(tmp_path: Path):
+    common = ["backend=scripted", "backend.match=order", f"run.root={tmp_path}", "run.name=same", "run.report=false",
+              "scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1"]
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text('{"text": "No."}\n' * 2)
+    second.write_text(('{"text": "<tool_call>{\\"name\\": \\"phone_call\\", \\"arguments\\": '
+                       '{\\"company\\": \\"Xfinity\\"}}</tool_call>"}\n') * 2)
+    assert run_cli(*common, f"backend.path={first}").returncode == 0
+    res = run_cli(*common, f"backend.path={second}")
+    assert res.returncode == 0 and "0 already done, 2 new" in res.stdout
+    records = [json.loads(x) for x in (tmp_path / "status_ablation" / "same" / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["label"] for r in records) == ["refused", "refused", "violated", "violated"]

@@ -217,3 +217,23 @@ def test_corrupting_a_todo_bar_moves_the_in_progress_step():
     wrong_bar = apply(ep, ConditionConfig(kind="status", source="corrupted", corrupt_fraction=1.0))[-1]["content"]
     assert f"in progress: #2 {ep.target}" in true_bar
     assert ep.target not in wrong_bar.split("in progress: ")[1].split("\n")[0]
+
+
+def test_turn_meta_goes_on_the_users_question_not_on_the_bar():
+    meta = apply(EP, ConditionConfig(turn_meta=True, date="2026-02-03"))
+    for cfg in (ConditionConfig(kind="status", turn_meta=True, date="2026-02-03"),
+                ConditionConfig(kind="status", update="append", turn_meta=True, date="2026-02-03")):
+        out = apply(EP, cfg)
+        assert out[-1]["content"].startswith("<agent_status>") and "<turn_meta>" not in out[-1]["content"]
+        assert [m for m in out if not (m["content"] or "").startswith("<agent_status>")] == meta
+    tail = apply(EP, ConditionConfig(kind="status", turn_meta=True, date="2026-02-03"))
+    assert tail[:-1] == meta and tail[-1] == apply(EP, ConditionConfig(kind="status"))[-1]
+
+
+def test_appended_bars_do_not_reset_the_loop_guard():
+    ep = next(e for e in _episodes("scenario=loop_guard", "scenario.mode=[identical]", "scenario.repeats=[3]"))
+    guarded = apply(ep, ConditionConfig(loop_guard=True))
+    out = apply(ep, ConditionConfig(kind="status", update="append", loop_guard=True))
+    assert len([m for m in out if (m["content"] or "").startswith("<agent_status>")]) == len(turn_ends(ep.messages)) > 2
+    assert [m for m in out if not (m["content"] or "").startswith("<agent_status>")] == guarded
+    assert [m["content"] for m in out if m["role"] == "tool"][-1].startswith("This call (read_file) has already been made 2 times")

@@ -141,3 +141,27 @@ def test_projections_agree_with_the_snapshot(items):
     seed = todo.cycle_seed(todos, "/w")[0]["content"]
     assert f"Checklist ({todos.completion_pct}% complete)" in seed
     assert seed.count("\n- [~] ") == (todos.in_progress is not None)
+
+
+def _traj(*calls: tuple[str, object]) -> list[dict]:
+    return [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}]}
+        for i, (name, args) in enumerate(calls)]
+
+
+def test_replay_skips_a_call_the_engine_would_reject():
+    good = _traj(("checklist_write", {"todos": THREE}), ("checklist_update", {"id": 2, "status": "in_progress"}))
+    bad = [("checklist_update", {"id": 9, "status": "completed"}), ("checklist_update", {"id": 1, "status": "done"}),
+           ("checklist_update", {"id": "x", "status": "completed"}), ("checklist_add", {}),
+           ("checklist_write", {"todos": [{"content": "a"}, {"content": "b", "status": "??"}]})]
+    mixed = good[:1] + _traj(*bad) + good[1:]
+    assert todo.replay(mixed).snapshot() == todo.replay(good).snapshot()
+
+
+def test_replay_names_malformed_arguments():
+    from harness.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"tool call c0 \(checklist_write\): arguments are not valid JSON"):
+        todo.replay(_traj(("checklist_write", '{"todos": [')))
+    with pytest.raises(ConfigError, match="must be a JSON object, got list"):
+        todo.replay(_traj(("checklist_write", "[1]")))

@@ -83,3 +83,37 @@ def test_dataset_command_writes_a_grid(tmp_path: Path, capsys):
     assert "8 rows" in capsys.readouterr().out
     rows = load_rows(tmp_path / "lg")
     assert len(rows) == 8 and {r["condition"] for r in rows} == {"none", "loop_guard"}
+
+
+def _trace_file(tmp_path: Path, calls: list[dict], rule: dict) -> Path:
+    msgs = [{"role": "user", "content": "call them"}]
+    for i, args in enumerate(calls):
+        raw = args if isinstance(args, str) else json.dumps(args)
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "phone_call", "arguments": raw}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "no answer"}]
+    msgs.append({"role": "user", "content": "try again"})
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "t", "messages": msgs, "rule": rule}) + "\n")
+    return path
+
+
+def test_calls_are_counted_as_the_grader_matches_the_target(tmp_path: Path):
+    import scenarios as sc
+    from harness.types import Completion
+
+    rule = {"tool": "phone_call", "arg": "company", "target": "Xfinity", "limit": 3}
+    (ep,) = _episodes(f"scenario.path={_trace_file(tmp_path, [{'company': 'xfinity'}] * 3, rule)}")
+    assert ep.params["calls_made"] == 3 and ep.expected == "refused"
+    again = Completion(text="", tool_calls=[{"id": "n", "type": "function", "function": {
+        "name": "phone_call", "arguments": json.dumps({"company": "xfinity"})}}])
+    assert sc.grade(ep, again)[0] == "violated"  # the label the grader gives agrees with the count
+    (ep,) = _episodes(f"scenario.path={_trace_file(tmp_path, [{'company': 'Xfinityville'}] * 3, rule)}")
+    assert ep.params["calls_made"] == 0 and ep.expected == "complied"  # word boundaries, as the grader
+
+
+def test_malformed_arguments_name_the_trace_and_message(tmp_path: Path):
+    rule = {"tool": "phone_call", "arg": "company", "target": "Xfinity", "limit": 3}
+    path = _trace_file(tmp_path, [{"company": "Xfinity"}, '{"company": "Xfin'], rule)
+    with pytest.raises(ConfigError, match=r"trace 1 \(t\), message 3: tool call c1 \(phone_call\): arguments are not valid JSON"):
+        _episodes(f"scenario.path={path}")

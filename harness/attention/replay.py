@@ -72,11 +72,11 @@ class RunProbe:
                 "strip_layer": np.array(result.strip_layer), "meta": np.array(json.dumps(self.meta))}
 
     def annotate(self, batch: list[Sample], completions: list[Completion], records: list[Record]) -> None:
-        """Measure the batch, write the masses, then set each record's attention_ref (the archive is
-        on disk before any record points into it)."""
+        """Measure the batch, write its masses as a new part, then set each record's attention_ref
+        to that part and key (the part is on disk before any record points into it)."""
         measured = {s.sample_id: self.measure(s, c) for s, c in zip(batch, completions)
                     if c.error is None and replay_text(c)}
-        store.append(self.run_dir, measured)
+        refs = store.append(self.run_dir, measured)
         for record in records:
-            if record.sample_id in measured:
-                record.attention_ref = store.ref(record.sample_id)
+            if record.sample_id in refs:
+                record.attention_ref = refs[record.sample_id]

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from harness import models
 from harness.batching import PrefixNode, leaves, prefix_tree
 from harness.config import HFBackendConfig, ModelConfig
-from harness.render import split_thinking, template_supports_tools, to_hermes
+from harness.render import count_thinking, split_thinking, template_supports_tools, to_hermes
 from harness.types import Completion, GenerationSettings, Request
 
 
@@ -41,9 +41,14 @@ class HFBackend:
         self.path, self.revision = models.resolve(model_cfg)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
         dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, revision=self.revision if not model_cfg.gguf_package else None)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            self.path, revision=self.revision if not model_cfg.gguf_package else None, dtype=dtype).to(self.device).eval()
+        revision = self.revision if not model_cfg.gguf_package else None
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, revision=revision)
+            self.model = AutoModelForCausalLM.from_pretrained(self.path, revision=revision, dtype=dtype).to(self.device).eval()
+        except OSError as exc:  # not on the hub, no network, not a model folder
+            from harness.config import ConfigError
+
+            raise ConfigError(f"model.path: cannot load {self.path!r}: {str(exc).splitlines()[0]}") from None
         template = self.tokenizer.chat_template if isinstance(self.tokenizer.chat_template, str) else None
         fmt = model_cfg.tool_format
         self.native_tools = fmt == "native" or (fmt == "auto" and template_supports_tools(template))
@@ -52,7 +57,6 @@ class HFBackend:
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
         self.eos_ids = eos
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(eos)
         vocab = self.tokenizer.get_vocab()
         self.think_end_id = vocab.get("</think>")
         # transformers 5.2x renamed forward's past_key_values to cache
@@ -91,12 +95,8 @@ class HFBackend:
         body = tokens[:-1] if tokens and tokens[-1] in self.eos_ids else tokens
         text = self.tokenizer.decode(body, skip_special_tokens=False)
         reasoning, _ = split_thinking(text)
-        if self.think_end_id is not None and self.think_end_id in body:
-            thinking = body.index(self.think_end_id) + 1
-        elif reasoning:  # a tokenizer without a </think> token: count the reasoning text
-            thinking = len(self.tokenizer(reasoning, add_special_tokens=False)["input_ids"])
-        else:
-            thinking = 0
+        thinking = count_thinking(body, reasoning, self.think_end_id,
+                                  lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"])
         return Completion(text=text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=len(prompt_ids),
                           cached_prompt_tokens=d.cached, completion_tokens=len(tokens), thinking_tokens=thinking,
                           answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, finish_reason=d.finish)

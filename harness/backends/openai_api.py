@@ -14,6 +14,7 @@ import os
 import time
 from typing import Any
 
+from harness.batching import prefix_key, prefix_order
 from harness.config import ModelConfig, OpenAIBackendConfig
 from harness.render import split_thinking, to_hermes
 from harness.types import Completion, GenerationSettings, Request
@@ -141,12 +142,15 @@ class OpenAIBackend:
 
     async def _generate(self, requests: list[Request]) -> list[Completion]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
+        out: list[Completion] = [Completion()] * len(requests)
         async with self._client() as client:
-            async def one(req: Request) -> Completion:
+            async def one(i: int) -> None:
                 async with gate:
-                    return await self._one(client, req)
+                    out[i] = await self._one(client, requests[i])
 
-            return list(await asyncio.gather(*(one(r) for r in requests)))
+            # sent in prefix order, so a server's prefix cache sees requests sharing a prefix together
+            await asyncio.gather(*(one(i) for i in prefix_order([prefix_key(r) for r in requests])))
+        return out
 
     async def _one(self, client: Any, req: Request) -> Completion:
         import openai
@@ -160,6 +164,8 @@ class OpenAIBackend:
             resp = await client.chat.completions.create(**kwargs)
         except openai.APIError as exc:
             return Completion(error=f"openai: {describe_error(exc)}", latency_s=time.perf_counter() - t0)
+        except Exception as exc:  # e.g. a connection dropped mid-stream: this sample's outcome, not the batch's
+            return Completion(error=f"openai: {type(exc).__name__}: {exc}", latency_s=time.perf_counter() - t0)
         latency = time.perf_counter() - t0
         if not resp.choices:
             return Completion(error="openai: response has no choices", latency_s=latency)

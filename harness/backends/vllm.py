@@ -14,8 +14,9 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
+from harness.batching import prefix_key
 from harness.config import ModelConfig, VLLMBackendConfig
-from harness.render import split_thinking, template_supports_tools, to_hermes
+from harness.render import count_thinking, split_thinking, template_supports_tools, to_hermes
 from harness.types import Completion, GenerationSettings, Request, canonical_json
 
 Split = Callable[[str], "tuple[str, str]"]  # completion text -> (reasoning, answer)
@@ -38,10 +39,6 @@ def sampling_kwargs(gen: GenerationSettings, n: int, seed: int) -> dict[str, Any
             "min_p": 0.0 if gen.greedy else gen.min_p, "seed": seed}
 
 
-def prefix_key(req: Request) -> str:
-    return canonical_json({"tools": req.tools, "messages": req.messages})
-
-
 def group_requests(requests: list[Request], indices: list[int]) -> list[list[int]]:
     """Indices into `requests`, grouped into one vLLM request each and ordered so prompts sharing a
     prefix are adjacent. A group is the sampled replicates of one prompt (sent with n=len(group),
@@ -53,12 +50,6 @@ def group_requests(requests: list[Request], indices: list[int]) -> list[list[int
         groups.setdefault(key if not req.generation.greedy else key + (req.sample_id,), []).append(i)
     ordered = sorted(groups.items(), key=lambda kv: kv[0])
     return [sorted(g, key=lambda i: requests[i].replicate) for _, g in ordered]
-
-
-def count_thinking(token_ids: list[int], reasoning: str, think_end_id: int | None, encode: Callable[[str], list[int]]) -> int:
-    if think_end_id is not None and think_end_id in token_ids:
-        return token_ids.index(think_end_id) + 1
-    return len(encode(reasoning)) if reasoning else 0
 
 
 def parse_output(output: Any, split: Split, think_end_id: int | None, encode: Callable[[str], list[int]],

@@ -58,7 +58,7 @@ def volatile_signals(episode: Episode) -> dict[str, str]:
 
 
 def facts(episode: Episode, cfg: Any, messages: list[Message]) -> StatusFacts:
-    f = tally(messages, episode.rule)
+    f = tally(messages, episode.rule, episode.target)
     kinds = tuple(episode.status_facts)
     if cfg.source == "corrupted":
         f = corrupt(f, cfg.corrupt_fraction, episode.id, kinds)
@@ -100,18 +100,28 @@ def turn_ends(messages: list[Message]) -> list[int]:
 def status(episode: Episode, cfg: Any) -> list[Message]:
     """The `<agent_status>` bar computed from the trajectory, at the configured placement. With
     update=append every earlier turn keeps the bar it was given (persistent append); with
-    update=replace only the latest bar is there (the previous one was removed)."""
+    update=replace only the latest bar is there (the previous one was removed).
+
+    The loop guard and `<turn_meta>` act on the trajectory before any bar is placed (see `apply`),
+    so a bar never starts a guard turn and a tail bar never receives the turn meta."""
+    return _status(episode, cfg, lambda m: m)
+
+
+def _status(episode: Episode, cfg: Any, post: Callable[[list[Message]], list[Message]]) -> list[Message]:
     text = bar_text(episode, cfg)
     if not text:
-        return history(episode, cfg)
+        return post(history(episode, cfg))
     if cfg.update == "append" and cfg.history == "full":
+        projected = post(_copy(episode.messages))  # same length and order as episode.messages
         out: list[Message] = []
         start = 0
-        for end in turn_ends(episode.messages):
-            out += _copy(episode.messages[start:end]) + [{"role": "user", "content": bar_text(episode, cfg, end)}]
+        ends = turn_ends(episode.messages)
+        for end in ends:
+            bar = text if end == ends[-1] else bar_text(episode, cfg, end)  # the final bar is `text`
+            out += projected[start:end] + [{"role": "user", "content": bar}]
             start = end
         return out
-    return place(history(episode, cfg), text, cfg.placement)
+    return place(post(history(episode, cfg)), text, cfg.placement)
 
 
 def todo_compaction(episode: Episode, cfg: Any) -> list[Message]:
@@ -144,12 +154,20 @@ def _with_turn_meta(episode: Episode, cfg: Any, messages: list[Message]) -> list
 
 
 def apply(episode: Episode, cfg: Any) -> list[Message]:
-    messages = CONDITIONS[cfg.kind](episode, cfg)
-    if cfg.loop_guard:
-        messages = guard_trajectory(messages)
-    if cfg.turn_meta:
-        messages = _with_turn_meta(episode, cfg, messages)
-    return messages
+    """The condition's messages. The loop guard and `<turn_meta>` run on the trajectory itself:
+    for the status kinds before the bar is placed, so the bar's user messages neither reset the
+    guard's per-turn count nor get the turn meta (everything before a tail bar is then identical
+    to the none arm with the same loop_guard/turn_meta)."""
+    def post(messages: list[Message]) -> list[Message]:
+        if cfg.loop_guard:
+            messages = guard_trajectory(messages)
+        if cfg.turn_meta:
+            messages = _with_turn_meta(episode, cfg, messages)
+        return messages
+
+    if CONDITIONS[cfg.kind] is status:
+        return _status(episode, cfg, post)
+    return post(CONDITIONS[cfg.kind](episode, cfg))
 
 
 __all__ = ["CONDITIONS", "apply", "status_block", "bar_text", "place", "history", "turn_ends"]

@@ -8,10 +8,11 @@ are not quoted; ours are `Date: YYYY-MM-DD` and `Model: NAME (thinking: TIER)`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass
 
 from harness.types import Message
+
+from .calls import call_arguments
 
 WORKING_SET_ADVICE = "When in doubt, use tools to verify and keep changes focused on the working set."
 PATH_KEYS = ("path", "file", "file_path", "filename")
@@ -22,10 +23,9 @@ def active_paths(messages: list[Message], limit: int = 8) -> list[str]:
     seen: list[str] = []
     for m in reversed(messages):
         for call in reversed(m.get("tool_calls") or []):
-            args = call["function"].get("arguments", {})
-            args = json.loads(args) if isinstance(args, str) else args
+            args = call_arguments(call)
             for key in PATH_KEYS:
-                value = args.get(key) if isinstance(args, dict) else None
+                value = args.get(key)
                 if isinstance(value, str) and value not in seen:
                     seen.append(value)
     return seen[:limit]

@@ -6,12 +6,13 @@ goes back as the tool result of the call that triggered it, never as a separate 
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.types import Message, canonical_json, sha256
+
+from .calls import call_arguments
 
 IDENTICAL_CALL_BLOCK_THRESHOLD = 3
 FAILURE_WARN_THRESHOLD = 3
@@ -63,11 +64,6 @@ class LoopGuard:
         return None
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    args = call["function"].get("arguments", {})
-    return json.loads(args) if isinstance(args, str) else args
-
-
 def guard_trajectory(messages: list[Message]) -> list[Message]:
     """Replay a trajectory through the guard: a blocked call's result becomes the block message,
     a failing result gets the warn/halt line appended. A user message starts a new turn."""
@@ -77,7 +73,7 @@ def guard_trajectory(messages: list[Message]) -> list[Message]:
         if m["role"] == "user":
             guard.new_turn()
         for call in m.get("tool_calls") or []:
-            verdicts[call["id"]] = guard.check(call["function"]["name"], _arguments(call))
+            verdicts[call["id"]] = guard.check(call["function"]["name"], call_arguments(call))
         if m["role"] == "tool" and m.get("tool_call_id") in verdicts:
             blocked = verdicts.pop(m["tool_call_id"])
             if blocked is not None:

@@ -1,8 +1,8 @@
 """The `<agent_status>` bar: facts counted by code from a trajectory's tool calls, then rendered.
 
 Two renderings of the same facts:
-- prose: the seed's sentence, byte for byte in the seed's case:
-  `<agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>`
+- prose: the seed's sentence, byte for byte in the seed's case (it names only the rule's tool;
+  calls of other tools are left out): `<agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>`
 - kv: key-value lines with the explicit constraint check `Maximum calls to Xfinity reached (3/3)`.
 
 A family picks which kinds of facts its bar shows (`Episode.status_facts`): `calls` (per tool and
@@ -13,14 +13,15 @@ the tags can carry `visibility="internal"` and a `<system-reminder>` wrapper.
 """
 from __future__ import annotations
 
-import json
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from harness.types import Message, Rule, canonical_json
 
 from . import todo as todo_mod
+from .calls import call_arguments
 from .loop_guard import is_failure
 
 FACT_KINDS = ("calls", "todo", "repeats", "failures")
@@ -38,12 +39,16 @@ class StatusFacts:
     volatile: dict[str, str] = field(default_factory=dict)  # side-channel signals, shown when set
 
 
-def _args(call: dict) -> dict:
-    args = call["function"]["arguments"]
-    return json.loads(args) if isinstance(args, str) else args
+def _names(value: str, target: str) -> bool:
+    """The grader's match (harness.grading._matches): the target, any case, on word boundaries."""
+    return re.search(rf"(?<!\w){re.escape(target)}(?!\w)", value, re.IGNORECASE) is not None
 
 
-def tally(messages: list[Message], rule: Rule) -> StatusFacts:
+def tally(messages: list[Message], rule: Rule, target: str | None = None) -> StatusFacts:
+    """Count the trajectory's calls. `target` (the episode's) is always a key of calls_by_target,
+    with 0 when it was never called, so the bar names it from the first turn; it goes after the
+    values actually called (first-call order), and is not added when a called value already names
+    it as the grader matches (any case, on word boundaries)."""
     by_tool: Counter[str] = Counter()
     by_target: Counter[str] = Counter()
     same: Counter[str] = Counter()
@@ -52,15 +57,18 @@ def tally(messages: list[Message], rule: Rule) -> StatusFacts:
     for message in messages:
         for call in message.get("tool_calls") or []:
             fn = call["function"]
+            args = call_arguments(call)
             by_tool[fn["name"]] += 1
-            same[f"{fn['name']} {canonical_json(_args(call))}"] += 1
+            same[f"{fn['name']} {canonical_json(args)}"] += 1
             names[call.get("id", "")] = fn["name"]
             if fn["name"] == rule.tool:
-                by_target[str(_args(call).get(rule.arg, "?"))] += 1
+                by_target[str(args.get(rule.arg, "?"))] += 1
         if message.get("role") == "tool":
             failed = is_failure(message.get("content") or "")
             tool = message.get("name") or names.get(message.get("tool_call_id", ""), "?")
             streak = (tool, (streak[1] if streak else 0) + 1) if failed else None
+    if target is not None and not any(_names(k, target) for k in by_target):
+        by_target[target] = 0
     todos = todo_mod.replay(messages)
     return StatusFacts(dict(by_tool), dict(by_target), rule,
                        todo=tuple((i.id, i.content, i.status.value) for i in todos.items),
@@ -126,9 +134,7 @@ def _prose_calls(f: StatusFacts) -> str:
     for target, n in f.calls_by_target.items():
         state = "at limit" if n == limit else "over limit" if n > limit else "at"
         parts.append(f"{target} {state} {n}/{limit}")
-    text = ", ".join(parts)
-    others = [f"{t} called {_times(n)}" for t, n in f.calls_by_tool.items() if t != tool]
-    return text + ("; " + ", ".join(others) if others else "")
+    return ", ".join(parts)  # the rule's tool only (the seed's sentence); kv lists every tool
 
 
 def render_prose(f: StatusFacts, kinds: tuple[str, ...] = ("calls",)) -> str:
@@ -185,5 +191,5 @@ def tag(body: str, fmt: str, internal: bool = False, reminder: bool = False) -> 
     return f"<system-reminder>\n{text}\n</system-reminder>" if reminder else text
 
 
-def status_block(messages: list[Message], rule: Rule, fmt: str = "kv") -> str:
-    return tag(RENDERERS[fmt](tally(messages, rule)), fmt)
+def status_block(messages: list[Message], rule: Rule, fmt: str = "kv", target: str | None = None) -> str:
+    return tag(RENDERERS[fmt](tally(messages, rule, target)), fmt)

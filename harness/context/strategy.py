@@ -52,8 +52,9 @@ def reuse_table(episode: Episode, cfg: Any, tokenize: Callable[[list[Message]], 
         previous: list[int] = []
         for turn, prompt in enumerate(prompts_by_turn(episode, strategy, cfg), 1):
             ids = tokenize(prompt)
+            shared = shared_prefix(previous, ids)
             rows.append({"episode": episode.id, "strategy": strategy, "turn": turn, "prompt_tokens": len(ids),
-                         "shared_with_previous": shared_prefix(previous, ids), "new_tokens": len(ids) - shared_prefix(previous, ids)})
+                         "shared_with_previous": shared, "new_tokens": len(ids) - shared})
             previous = ids
     return rows
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from harness.types import Message
 
+from .calls import call_arguments
+
 
 class TodoStatus(str, Enum):
     PENDING = "pending"
@@ -71,10 +73,12 @@ class TodoList:
         return item
 
     def write(self, todos: list[dict[str, Any]]) -> None:
-        """`checklist_write`: the complete list; replaces the existing one."""
+        """`checklist_write`: the complete list; replaces the existing one. Every item is validated
+        first, so a bad item leaves the old list as it was."""
+        items = [(str(todo["content"]), TodoStatus(todo.get("status", "pending"))) for todo in todos]
         self.clear()
-        for todo in todos:
-            self.add(str(todo["content"]), TodoStatus(todo.get("status", "pending")))
+        for content, status in items:
+            self.add(content, status)
 
     @property
     def completion_pct(self) -> int:
@@ -123,14 +127,20 @@ def execute(todos: TodoList, tool: str, args: dict[str, Any]) -> str:
 
 
 def replay(messages: list[Message]) -> TodoList:
-    """The body as it stands after every todo call of a trajectory (the engine-side state)."""
+    """The body as it stands after every todo call of a trajectory (the engine-side state).
+    A call the engine would reject (an unknown id, a bad status, a missing field) fails as it would
+    there: it returns an error and leaves the list unchanged, so replay skips it. Arguments that
+    are not JSON at all raise ConfigError (harness.context.calls)."""
     todos = TodoList()
     for message in messages:
         for call in message.get("tool_calls") or []:
             fn = call["function"]
             if fn["name"] in TOOL_NAMES:
-                args = fn["arguments"]
-                execute(todos, fn["name"], json.loads(args) if isinstance(args, str) else args)
+                args = call_arguments(call)  # ConfigError (a ValueError) must not be swallowed below
+                try:
+                    execute(todos, fn["name"], args)
+                except (KeyError, ValueError, TypeError, AttributeError):
+                    continue  # the failed call changed nothing (write validates before replacing)
     return todos
 
 

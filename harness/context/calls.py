@@ -1,0 +1,35 @@
+"""One decoder for a tool call's arguments (OpenAI chat format: a JSON string or an object).
+
+Error policy, everywhere: arguments that are not a JSON object are the trajectory's fault (a
+user's trace or a dataset row), so they raise `harness.config.ConfigError` naming the call (and
+`where`, e.g. the trace), never a raw JSONDecodeError. `scenarios/traces.py` decodes every
+call once at load time, so a bad trace fails there, naming the trace and the message.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def call_arguments(call: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """The decoded arguments of one tool call: {} when absent or empty, else a dict or ConfigError."""
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if args is None or args == "":
+        return {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError as e:
+            raise _error(call, where, f"arguments are not valid JSON ({e.msg} at char {e.pos}): {args[:80]!r}") from None
+    if not isinstance(args, dict):
+        raise _error(call, where, f"arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
+def _error(call: dict[str, Any], where: str, what: str) -> Exception:
+    from harness.config import ConfigError
+
+    name = (call.get("function") or {}).get("name", "?")
+    prefix = f"{where}: " if where else ""
+    return ConfigError(f"{prefix}tool call {call.get('id', '(no id)')} ({name}): {what}")
