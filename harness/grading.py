@@ -8,10 +8,10 @@ malformed call, which grades as `other`.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.context.calls import names_target
 from harness.render import split_thinking, tool_call_spans
 from harness.types import Completion, Episode
 
@@ -53,17 +53,13 @@ def parse_tool_calls(answer: str, api_calls: list[dict[str, Any]] | None = None)
     return [_parse(body) for body in tool_call_spans(answer)] + [_parse(c) for c in api_calls or []]
 
 
-def _matches(value: Any, target: str) -> bool:
-    return isinstance(value, str) and re.search(rf"(?<!\w){re.escape(target)}(?!\w)", value, re.IGNORECASE) is not None
-
-
 def calls_target(call: ParsedCall, episode: Episode) -> bool:
     rule = episode.rule
     if call.malformed or call.name is None or call.name.strip().lower() != rule.tool.lower():
         return False
     if rule.arg in call.arguments:
-        return _matches(call.arguments[rule.arg], episode.target)
-    return any(_matches(v, episode.target) for v in call.arguments.values())
+        return names_target(call.arguments[rule.arg], episode.target)
+    return any(names_target(v, episode.target) for v in call.arguments.values())
 
 
 Classifier = Callable[[Episode, str, list[ParsedCall]], str]

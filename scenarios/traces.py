@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config import ConfigError, ScenarioConfig, require
-from harness.context.calls import call_arguments
+from harness.context.calls import call_arguments, names_target
 from harness.context.status import tally
 from harness.jsonl import iter_lines
-from harness.grading import _matches, grade
+from harness.grading import grade
 from harness.types import Episode, Rule, short_hash
 
 from . import register
@@ -76,7 +76,7 @@ def target_calls(messages: list[dict[str, Any]], rule: Rule, target: str) -> int
                 continue
             args = call_arguments(call)
             values = [args[rule.arg]] if rule.arg in args else list(args.values())
-            n += any(_matches(v, target) for v in values)
+            n += any(names_target(v, target) for v in values)
     return n
 
 

@@ -8,6 +8,7 @@ call once at load time, so a bad trace fails there, naming the trace and the mes
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -25,6 +26,12 @@ def call_arguments(call: dict[str, Any], where: str = "") -> dict[str, Any]:
     if not isinstance(args, dict):
         raise _error(call, where, f"arguments must be a JSON object, got {type(args).__name__}")
     return args
+
+
+def names_target(value: Any, target: str) -> bool:
+    """Whether an argument value names the target: any case, on word boundaries ("XFINITY support"
+    yes, "Xfinityville" no). The grader, the status bar and the trace loader all count with this."""
+    return isinstance(value, str) and re.search(rf"(?<!\w){re.escape(target)}(?!\w)", value, re.IGNORECASE) is not None
 
 
 def _error(call: dict[str, Any], where: str, what: str) -> Exception:

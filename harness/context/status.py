@@ -14,14 +14,13 @@ the tags can carry `visibility="internal"` and a `<system-reminder>` wrapper.
 from __future__ import annotations
 
 import random
-import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from harness.types import Message, Rule, canonical_json
 
 from . import todo as todo_mod
-from .calls import call_arguments
+from .calls import call_arguments, names_target
 from .loop_guard import is_failure
 
 FACT_KINDS = ("calls", "todo", "repeats", "failures")
@@ -37,11 +36,6 @@ class StatusFacts:
     repeats: dict[str, int] = field(default_factory=dict)  # "tool {canonical args}" -> count, count >= 2
     failure_streak: tuple[str, int] | None = None  # (tool of the last failure, consecutive failures)
     volatile: dict[str, str] = field(default_factory=dict)  # side-channel signals, shown when set
-
-
-def _names(value: str, target: str) -> bool:
-    """The grader's match (harness.grading._matches): the target, any case, on word boundaries."""
-    return re.search(rf"(?<!\w){re.escape(target)}(?!\w)", value, re.IGNORECASE) is not None
 
 
 def tally(messages: list[Message], rule: Rule, target: str | None = None) -> StatusFacts:
@@ -67,7 +61,7 @@ def tally(messages: list[Message], rule: Rule, target: str | None = None) -> Sta
             failed = is_failure(message.get("content") or "")
             tool = message.get("name") or names.get(message.get("tool_call_id", ""), "?")
             streak = (tool, (streak[1] if streak else 0) + 1) if failed else None
-    if target is not None and not any(_names(k, target) for k in by_target):
+    if target is not None and not any(names_target(k, target) for k in by_target):
         by_target[target] = 0
     todos = todo_mod.replay(messages)
     return StatusFacts(dict(by_tool), dict(by_target), rule,
