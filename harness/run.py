@@ -5,7 +5,6 @@ rerun of the same command makes no model call and an interrupted run continues w
 """
 from __future__ import annotations
 
-import logging
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +24,6 @@ from harness.plan import Sample, make_plan, model_identity, shard_dir
 from harness.store import RunDirError, RunStore, prompt_hash
 from harness.types import Completion, Record
 
-log = logging.getLogger("harness.run")
 register()
 
 
