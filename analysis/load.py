@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.plan import SHARDS_DIR, run_parts
+from harness.rundir import find_runs, run_parts
 from harness.store import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -142,12 +142,6 @@ def load_records(run_dirs: list[Path | str], *, cache: bool = True) -> pd.DataFr
     if not frames:
         return pd.DataFrame(columns=[*COLUMNS, "run", "run_label"])
     return pd.concat(frames, ignore_index=True)
-
-
-def find_runs(root: Path | str) -> list[Path]:
-    """Run directories under root: those holding records.jsonl, a sharded run counted once."""
-    found = {p.parent for p in Path(root).glob("**/records.jsonl")}
-    return sorted({p.parent.parent if p.parent.name == SHARDS_DIR else p for p in found})
 
 
 def runs_from_env(default_root: Path | str) -> list[Path]:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis import tables
 from analysis.load import grid_columns, load_records
-from harness.plan import run_parts
+from harness.rundir import PROMPTS, run_parts
 from harness.store import read_jsonl
 
 CORRECTIONS = ("holm", "bonferroni", "fdr_bh", "none")
@@ -123,7 +123,7 @@ def _prompt_text(prompt: dict) -> str:
 
 def _rendered(run_dir: Path) -> dict[str, str]:
     """prompt_sha256 -> prompt text, from the prompts.jsonl of the run (and of its shards)."""
-    return {p["prompt_sha256"]: _prompt_text(p) for part in run_parts(run_dir) for p in read_jsonl(part / "prompts.jsonl")}
+    return {p["prompt_sha256"]: _prompt_text(p) for part in run_parts(run_dir) for p in read_jsonl(part / PROMPTS)}
 
 
 def prompt_changes(base: pd.DataFrame, cand: pd.DataFrame, conditions: list[str]) -> pd.DataFrame:

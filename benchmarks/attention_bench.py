@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _config(distractors: int):
-    from harness.config import compose_config
+    from harness.compose import compose_config
 
     return compose_config(["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
                            f"scenario.distractor_turns=[{distractors}]", "condition=[status_tail]"])

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import Backend
-from harness.config import Config, compose_config, user_errors
+from harness.compose import compose_config, user_errors
+from harness.config import Config
 from harness.store import read_jsonl
 from harness.types import Completion, Request, canonical_json
 

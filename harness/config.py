@@ -1,30 +1,78 @@
-"""Typed configuration schemas, registered in Hydra's ConfigStore.
+"""Typed configuration schemas: pure dataclasses, registered in Hydra's ConfigStore by `harness.compose`.
 
-Every YAML under conf/ composes on top of one of these dataclasses, so an unknown key or a wrong
-type fails at composition with the key's name, and `to_object` runs each `__post_init__` check
-before anything heavy is loaded.
+Every YAML under conf/ composes on top of one of these dataclasses, so an unknown key, a wrong type or
+a value outside an enumeration fails at composition with the key's name, and `to_object` runs each
+`__post_init__` check before anything heavy is loaded. Checks that look at the machine (files,
+installed packages, environment variables) are `check_machine` methods, run by `harness.compose`
+after composition. Backend configs live beside their backend (harness/backends/), scenario configs
+beside their family (scenarios/).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator, Optional
+from enum import StrEnum
+from typing import Any, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
+
+from harness.errors import ConfigError, require
+
+__all__ = ["ConfigError", "require"]  # re-exported: every schema check raises it
 
 
-class ConfigError(ValueError):
-    """A user mistake in the configuration; the message names the key."""
+class ToolFormat(StrEnum):
+    auto = "auto"  # native when the template mentions tools
+    native = "native"  # the template takes tools and tool_calls
+    hermes = "hermes"  # rendered into message content
 
 
-def require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}")
+class Device(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+class DType(StrEnum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    auto = "auto"
+
+
+class BarFormat(StrEnum):
+    kv = "kv"  # key-value lines with the constraint check
+    prose = "prose"  # the seed's one-line sentence
+
+
+class Placement(StrEnum):
+    tail = "tail"  # a user message at the end
+    head = "head"  # merged into the system prompt
+    mid = "mid"  # a system message just before the last user turn
+
+
+class Wrapper(StrEnum):
+    none = "none"
+    system_reminder = "system_reminder"
+
+
+class BarSource(StrEnum):
+    code = "code"  # ground truth counted from the trajectory
+    corrupted = "corrupted"  # corrupt_fraction of the facts off by one
+    none = "none"  # no bar
+    model = "model"  # two-stage: a writer model writes it (harness.context.writer)
+
+
+class History(StrEnum):
+    full = "full"
+    bar_only = "bar_only"  # raw call records dropped
+    compacted = "compacted"  # summary + recent turns
+
+
+class Update(StrEnum):
+    replace = "replace"  # only the latest bar
+    append = "append"  # every turn's bar stays
 
 
 @dataclass
@@ -55,9 +103,7 @@ class ModelConfig:
     install_hint: Optional[str] = None
     cache_dir: str = "${oc.env:STATUSBENCH_CACHE,'~/.cache/statusbench'}"
     thinking: bool = False
-    # how tool calls and results reach a template: native (template takes tools), hermes
-    # (rendered into message content), or auto (native when the template mentions tools)
-    tool_format: str = "auto"
+    tool_format: ToolFormat = ToolFormat.auto
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     # vLLM reasoning parser for the family (qwen3, deepseek_r1, openai_gptoss); null: split <think> in the text
@@ -71,138 +117,74 @@ class ModelConfig:
     tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        require(self.tool_format in ("auto", "native", "hermes"), "model.tool_format",
-                f"must be auto, native or hermes, got {self.tool_format!r}")
-        if self.path and self.path.startswith(("/", "./", "../", "~")):
-            expanded = os.path.expanduser(self.path)
-            require(os.path.isdir(expanded), "model.path", f"directory {self.path!r} does not exist")
         require(bool(self.path) != bool(self.gguf_package), "model.path",
                 "set exactly one of model.path (HF id or directory) and model.gguf_package "
                 "(to load a local copy: model.path=/dir model.gguf_package=null)")
+        require(not self.gguf_package or bool(self.gguf_file), "model.gguf_file", "required with model.gguf_package")
         require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
         for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
             require(getattr(self, key) is None or getattr(self, key) >= 0, f"model.{key}", f"must be >= 0, got {getattr(self, key)}")
+
+    def check_machine(self) -> None:
+        if self.path and self.path.startswith(("/", "./", "../", "~")):
+            require(os.path.isdir(os.path.expanduser(self.path)), "model.path", f"directory {self.path!r} does not exist")
         if self.gguf_package:
-            require(bool(self.gguf_file), "model.gguf_file", "required with model.gguf_package")
             require(importlib.util.find_spec(self.gguf_package) is not None, "model.gguf_package",
                     f"package {self.gguf_package!r} is not installed. {self.install_hint or ''}".strip())
+
+    @property
+    def weights(self) -> str:
+        """Where the weights come from, as records name it."""
+        return self.path or f"{self.gguf_package}/{self.gguf_file}"
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the model's outputs (sample ids and run fingerprints hash it)."""
+        return {"name": self.name, "path": self.path, "revision": self.revision, "gguf_package": self.gguf_package,
+                "gguf_file": self.gguf_file, "chat_template_kwargs": dict(self.chat_template_kwargs),
+                "tool_format": self.tool_format}
 
 
 @dataclass
 class BackendConfig:
+    """Base of every backend's config; each backend module defines its subclass and registers both
+    with `harness.backends.register_backend`."""
+
     name: str = MISSING
 
+    def identity(self) -> dict[str, Any]:
+        """What changes outputs, not where they run: dtype does, device and batch size do not."""
+        return {"name": self.name, "dtype": getattr(self, "dtype", None)}
 
-@dataclass
-class HFBackendConfig(BackendConfig):
-    name: str = "hf"
-    device: str = "cpu"  # cpu | cuda | auto
-    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
-    threads: int = 0  # torch intra-op threads; 0 = torch's default
-    batch_size: int = 8
-    # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
-    # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
-    share_prefix: bool = True
-
-    def __post_init__(self) -> None:
-        require(self.device in ("cpu", "cuda", "auto"), "backend.device", f"must be cpu, cuda or auto, got {self.device!r}")
-        require(self.dtype in ("float32", "bfloat16", "float16", "auto"), "backend.dtype", f"unknown dtype {self.dtype!r}")
-        require(self.threads >= 0, "backend.threads", f"must be >= 0, got {self.threads}")
-        require(self.batch_size >= 1, "backend.batch_size", f"must be >= 1, got {self.batch_size}")
-
-
-@dataclass
-class ScriptedBackendConfig(BackendConfig):
-    name: str = "scripted"
-    path: str = MISSING  # JSONL of completions
-    match: str = "id"  # id: by (episode_id, condition[, replicate]); order: i-th line for i-th sample
-
-    def __post_init__(self) -> None:
-        require(self.match in ("id", "order"), "backend.match", f"must be id or order, got {self.match!r}")
-        require(os.path.isfile(os.path.expanduser(self.path)), "backend.path", f"file {self.path!r} does not exist")
-
-
-@dataclass
-class OpenAIBackendConfig(BackendConfig):
-    """Any OpenAI-compatible chat-completions server (vllm serve, transformers serve, frontier APIs)."""
-
-    name: str = "openai"
-    base_url: str = "http://127.0.0.1:8000/v1"
-    served_model: Optional[str] = None  # the server's model name; null = model.path, else model.name
-    # name of the environment variable holding the key; the key itself never enters the config
-    api_key_env: Optional[str] = "OPENAI_API_KEY"
-    concurrency: int = 8  # requests in flight at once
-    max_retries: int = 5  # openai client's own exponential backoff with jitter on 408/409/429/5xx/timeouts
-    timeout_s: float = 300.0
-    stream: bool = False  # on: time to first token is measured
-    extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
-
-    def __post_init__(self) -> None:
-        require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
-        require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
-        require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
-        require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
-        if self.api_key_env:
-            require(bool(os.environ.get(self.api_key_env)), "backend.api_key_env",
-                    f"environment variable {self.api_key_env} is not set (or set backend.api_key_env=null for a server without keys)")
-
-
-@dataclass
-class VLLMBackendConfig(BackendConfig):
-    """vLLM offline inference: one vllm.LLM per job, every request of a batch in one call."""
-
-    name: str = "vllm"
-    dtype: str = "auto"
-    tensor_parallel_size: int = 1
-    max_model_len: Optional[int] = None  # null = the model's own
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    seed: int = 0
-    enforce_eager: bool = False
-
-    def __post_init__(self) -> None:
-        require(self.dtype in ("auto", "bfloat16", "float16", "float32"), "backend.dtype", f"unknown dtype {self.dtype!r}")
-        require(self.tensor_parallel_size >= 1, "backend.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
-        require(self.max_model_len is None or self.max_model_len >= 1, "backend.max_model_len", f"must be >= 1, got {self.max_model_len}")
-        require(0 < self.gpu_memory_utilization <= 1, "backend.gpu_memory_utilization",
-                f"must be in (0, 1], got {self.gpu_memory_utilization}")
+    def check_machine(self) -> None:
+        """Checks of files, packages or environment variables the backend needs (after composition)."""
 
 
 @dataclass
 class ConditionConfig:
-    kind: str = "none"
-    format: str = "kv"  # status text: kv (key-value lines) | prose (the seed's one-line sentence)
-    # where the bar goes: tail (user message at the end) | head (merged into the system prompt) |
-    # mid (a system message just before the last user turn; strict templates reject it -> `error`)
-    placement: str = "tail"
-    wrapper: str = "none"  # none | system_reminder (<system-reminder> around the bar)
+    kind: str = "none"  # a projection of harness.context.KINDS: none | status | todo_compaction | todo_cycle
+    format: BarFormat = BarFormat.kv
+    # mid: strict templates reject a mid-conversation system message -> `error` record
+    placement: Placement = Placement.tail
+    wrapper: Wrapper = Wrapper.none
     internal: bool = False  # visibility="internal" on the <agent_status> tag
-    # code (ground truth) | corrupted (corrupt_fraction of the facts off by one) | none |
-    # model (two-stage: a writer reads the history and writes the bar; harness.context.writer)
-    source: str = "code"
+    source: BarSource = BarSource.code
     writer_overrides: list[str] = field(default_factory=list)  # Hydra overrides for the writer; [] = the run's own
     writer_max_new_tokens: int = 96
     corrupt_fraction: float = 0.25
-    history: str = "full"  # full | bar_only (raw call records dropped) | compacted (summary + recent turns)
+    history: History = History.full
     side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
     turn_meta: bool = False  # prepend <turn_meta> to the last user message
     loop_guard: bool = False  # replay tool results through the loop guard (block / warn / halt)
     date: str = "2026-01-15"  # the <turn_meta> date (fixed: prompts stay reproducible)
-    # across a multi-turn trajectory: replace (only the latest bar, the previous one removed) |
-    # append (every turn's bar stays); tool-result reflow only is kind=none
-    update: str = "replace"
+    # across a multi-turn trajectory; tool-result reflow only is kind=none
+    update: Update = Update.replace
 
     def __post_init__(self) -> None:
         import datetime as dt
 
-        from harness.context import CONDITIONS
+        from harness.context import KINDS
 
-        require(self.kind in CONDITIONS, "condition.kind", f"unknown condition {self.kind!r}; known: {sorted(CONDITIONS)}")
-        require(self.format in ("kv", "prose"), "condition.format", f"must be kv or prose, got {self.format!r}")
-        for key, allowed in (("placement", ("tail", "head", "mid")), ("wrapper", ("none", "system_reminder")),
-                             ("source", ("code", "corrupted", "none", "model")), ("history", ("full", "bar_only", "compacted"))):
-            require(getattr(self, key) in allowed, f"condition.{key}", f"must be one of {allowed}, got {getattr(self, key)!r}")
-        require(self.update in ("replace", "append"), "condition.update", f"must be replace or append, got {self.update!r}")
+        require(self.kind in KINDS, "condition.kind", f"unknown condition {self.kind!r}; known: {sorted(KINDS)}")
         require(self.update == "replace" or (self.placement == "tail" and self.history == "full"), "condition.update",
                 "append needs placement=tail and history=full (each turn's bar stays where it was appended)")
         require(self.source != "model" or self.update == "replace", "condition.source",
@@ -217,6 +199,8 @@ class ConditionConfig:
 
 @dataclass
 class ScenarioConfig:
+    """Base of every family's config; each family module defines its subclass (scenarios/)."""
+
     family: str = MISSING
     name: str = MISSING
     seed: int = 0
@@ -224,6 +208,9 @@ class ScenarioConfig:
 
     def __post_init__(self) -> None:
         require(self.episodes_per_cell >= 1, "scenario.episodes_per_cell", f"must be >= 1, got {self.episodes_per_cell}")
+
+    def check_machine(self) -> None:
+        """Checks of files the family reads (after composition)."""
 
 
 @dataclass
@@ -276,20 +263,18 @@ class ProbeConfig:
     chunk_size: int = 64  # completion tokens per pass: memory ~ chunk x sequence, one layer at a time
     strip_layer: int = -1  # layer of the token-level strip over the prompt; negative counts from the last
     # where the weights replay when the generating backend holds none (scripted, openai, vllm)
-    device: str = "cpu"
-    dtype: str = "float32"
+    device: Device = Device.cpu
+    dtype: DType = DType.float32
 
     def __post_init__(self) -> None:
         require(self.chunk_size >= 1, "probe.chunk_size", f"must be >= 1, got {self.chunk_size}")
-        require(self.device in ("cpu", "cuda", "auto"), "probe.device", f"must be cpu, cuda or auto, got {self.device!r}")
-        require(self.dtype in ("float32", "bfloat16", "float16", "auto"), "probe.dtype", f"unknown dtype {self.dtype!r}")
 
 
 @dataclass
 class Config:
     model: ModelConfig = MISSING
-    backend: Any = MISSING
-    scenario: Any = MISSING
+    backend: BackendConfig = MISSING
+    scenario: ScenarioConfig = MISSING
     conditions: dict[str, ConditionConfig] = field(default_factory=dict)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -298,59 +283,6 @@ class Config:
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
 
-
-def register() -> None:
-    import scenarios
-
-    cs = ConfigStore.instance()
-    cs.store(name="statusbench_schema", node=Config)
-    cs.store(group="model", name="model_schema", node=ModelConfig)
-    cs.store(group="backend", name="hf_schema", node=HFBackendConfig)
-    cs.store(group="backend", name="scripted_schema", node=ScriptedBackendConfig)
-    cs.store(group="backend", name="openai_schema", node=OpenAIBackendConfig)
-    cs.store(group="backend", name="vllm_schema", node=VLLMBackendConfig)
-    cs.store(group="condition", name="condition_schema", node=ConditionConfig)
-    for family in scenarios.FAMILIES.values():
-        cs.store(group="scenario", name=f"{family.name}_schema", node=family.config_class)
-
-
-def to_typed(cfg: DictConfig) -> Config:
-    """Resolve interpolations and run every schema's checks; raise ConfigError naming the key."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        typed = OmegaConf.to_object(cfg)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as exc:
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(str(exc).splitlines()[0] + (f" (key: {exc.full_key})" if getattr(exc, "full_key", None) else "")) from None
-    assert isinstance(typed, Config)
-    return typed
-
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-
-def compose_config(overrides: list[str]) -> Config:
-    """The typed config `python -m harness.run OVERRIDES...` gets, for tools and tests outside Hydra's main."""
-    from hydra import compose, initialize_config_dir
-
-    register()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return to_typed(compose("config", overrides=list(overrides)))
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """For command-line entry points: a user mistake is one line naming it and exit status 2, not a traceback."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        yield
-    except (ConfigError, HydraException, OmegaConfBaseException) as exc:
-        print(f"statusbench: error: {str(exc).strip()}", file=sys.stderr)
-        sys.exit(2)
+    def check_machine(self) -> None:
+        for part in (self.model, self.backend, self.scenario):
+            part.check_machine()

@@ -75,7 +75,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from harness.config import compose_config, user_errors
+    from harness.compose import compose_config, user_errors
 
     parser = argparse.ArgumentParser(prog="python -m harness.dataset", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)

@@ -6,10 +6,11 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shutil
 from pathlib import Path
 
-from harness.config import ConfigError, ModelConfig
+from harness.atomic import atomic_path
+from harness.config import ModelConfig
+from harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,9 @@ def _convert(gguf: Path, dest: Path) -> None:
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantized.state_dict(), strict=True)
     model.generation_config = quantized.generation_config
-    tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(dest)  # atomic: a half-written folder is never taken for a cache hit
+    with atomic_path(dest) as tmp:  # a half-written folder is never taken for a cache hit
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
 
 
 def resolve(cfg: ModelConfig) -> tuple[str, str | None]:

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import scenarios
 from harness.config import ConditionConfig, Config
 from harness.context import apply
-from harness.types import Episode, GenerationSettings, Request, sha256, short_hash
+from harness.types import Episode, GenerationSettings, Request, short_hash
 
 
 @dataclass
@@ -21,20 +20,6 @@ class Sample:
     @property
     def sample_id(self) -> str:
         return self.request.sample_id
-
-
-def model_identity(cfg: Config) -> dict[str, Any]:
-    m = cfg.model
-    return {"name": m.name, "path": m.path, "revision": m.revision, "gguf_package": m.gguf_package, "gguf_file": m.gguf_file,
-            "chat_template_kwargs": dict(m.chat_template_kwargs), "tool_format": m.tool_format}
-
-
-def backend_identity(cfg: Config) -> dict[str, Any]:
-    # what changes outputs, not where they run: dtype does, device and batch size do not
-    identity = {"name": cfg.backend.name, "dtype": getattr(cfg.backend, "dtype", None)}
-    if cfg.backend.name == "scripted":  # another completions file is another set of outputs
-        identity["completions_sha256"] = sha256(Path(cfg.backend.path).expanduser().read_text(encoding="utf-8"))
-    return identity
 
 
 def condition_identity(ccfg: ConditionConfig) -> dict[str, Any]:
@@ -52,7 +37,7 @@ def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
 def make_plan(cfg: Config) -> list[Sample]:
     episodes = scenarios.build_episodes(cfg.scenario)
     gen = GenerationSettings(**asdict(cfg.model.generation))
-    identity = {"model": model_identity(cfg), "backend": backend_identity(cfg), "generation": asdict(gen)}
+    identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": asdict(gen)}
     samples: list[Sample] = []
     for episode in episodes:
         for name, ccfg in cfg.conditions.items():
@@ -69,21 +54,7 @@ def make_plan(cfg: Config) -> list[Sample]:
     return samples if shard is None else [s for s in samples if in_shard(s.request.episode_id, *shard)]
 
 
-SHARDS_DIR = "shards"
-
-
 def in_shard(episode_id: str, i: int, n: int) -> bool:
     """Whole episodes go to one shard (arms and replicates stay together), spread by a stable hash."""
     return int(short_hash({"shard_of": episode_id}, 8), 16) % n == i
 
-
-def shard_dir(run_dir: Path, shard: tuple[int, int] | None) -> Path:
-    """Where a job writes: the run directory itself, or its own subdirectory (its own writer lock)."""
-    return run_dir if shard is None else run_dir / SHARDS_DIR / f"{shard[0]}-of-{shard[1]}"
-
-
-def run_parts(run_dir: Path) -> list[Path]:
-    """The directories holding a run's records: the run itself and/or each of its shards."""
-    run_dir = Path(run_dir)
-    shards = sorted(p.parent for p in run_dir.glob(f"{SHARDS_DIR}/*/records.jsonl"))
-    return [run_dir] + shards if (run_dir / "records.jsonl").exists() or not shards else shards

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError
+from harness.atomic import atomic_path
+from harness.errors import ConfigError
 
 # from Qwen2/Qwen3's tokenizer.json; note \p{N} one digit at a time (TikTokenConverter's default groups 3)
 PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -50,7 +51,6 @@ def qwen3_tokenizer(cache_dir: str | None = None) -> Any:
             from transformers.convert_slow_tokenizer import TikTokenConverter
 
             tok = TikTokenConverter(vocab_file=str(ranks), pattern=PATTERN, extra_special_tokens=ADDED_TOKENS).converted()
-            tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-            tok.save(str(tmp))
-            tmp.rename(path)  # atomic: a half-written file is never taken for a cache hit
+            with atomic_path(path) as tmp:  # a half-written file is never taken for a cache hit
+                tok.save(str(tmp))
     return PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token="<|im_end|>", pad_token="<|endoftext|>")

@@ -25,6 +25,36 @@ def template_supports_tools(chat_template: str | None) -> bool:
     return bool(chat_template) and "tool_calls" in chat_template and "tools" in chat_template
 
 
+def native_tools(chat_template: str | None, tool_format: str) -> bool:
+    """The one decision: does the template get tools and tool messages as they are (native), or
+    written into message content (Hermes)? `tool_format` is the model config's auto|native|hermes."""
+    return tool_format == "native" or (tool_format == "auto" and template_supports_tools(chat_template))
+
+
+def chat_input(messages: list[Message], tools: list[dict[str, Any]], native: bool) -> tuple[list[Message], list[dict[str, Any]] | None]:
+    """(messages, tools) as they go to a chat template or a server: as is when the template is
+    native, else Hermes text with no `tools=`."""
+    return (messages, tools or None) if native else (to_hermes(messages, tools), None)
+
+
+class PromptRenderer:
+    """The prompt text a model sees for (messages, tools): its tokenizer's chat template with the
+    model config's template settings, generation prompt included. Every component that renders
+    (hf and vllm backends, the strategy tool, the attention replay, likelihood scoring) uses one."""
+
+    def __init__(self, tokenizer: Any, model_cfg: Any):
+        self.tokenizer, self.kwargs = tokenizer, dict(model_cfg.chat_template_kwargs)
+        template = getattr(tokenizer, "chat_template", None)
+        self.native_tools = native_tools(template if isinstance(template, str) else None, model_cfg.tool_format)
+
+    def chat_input(self, messages: list[Message], tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict[str, Any]] | None]:
+        return chat_input(messages, tools, self.native_tools)
+
+    def __call__(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
+        shown, schemas = self.chat_input(messages, tools)
+        return self.tokenizer.apply_chat_template(shown, tools=schemas, tokenize=False, add_generation_prompt=True, **self.kwargs)
+
+
 def to_hermes(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
     """Rewrite tool calls/results into plain-content messages (system, user, assistant only)."""
     out: list[Message] = []

@@ -17,10 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 import scenarios
 from harness import manifest
 from harness.backends import Backend
-from harness.config import Config, ConfigError, register, to_typed
+from harness.compose import register, to_typed
+from harness.config import Config
 from harness.context.writer import WriterBackends, fail_unwritten, write_bars
 from harness.cost import cost_usd
-from harness.plan import Sample, make_plan, model_identity, shard_dir
+from harness.errors import ConfigError
+from harness.plan import Sample, make_plan
+from harness.rundir import shard_dir
 from harness.store import RunDirError, RunStore, prompt_hash
 from harness.types import Completion, Record
 
@@ -35,7 +38,7 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         sample_id=req.sample_id, episode_id=req.episode_id, scenario=sample.episode.scenario,
         family=sample.episode.family, params=sample.episode.params, condition=sample.condition,
         condition_config=asdict(sample.condition_cfg), model=cfg.model.name,
-        model_path=cfg.model.path or f"{cfg.model.gguf_package}/{cfg.model.gguf_file}", backend=cfg.backend.name,
+        model_path=cfg.model.weights, backend=cfg.backend.name,
         generation=asdict(req.generation), replicate=req.replicate, seed=req.seed, prompt_sha256=prompt_sha,
         prompt_tokens=completion.prompt_tokens, cached_prompt_tokens=completion.cached_prompt_tokens,
         completion_tokens=completion.completion_tokens, thinking_tokens=completion.thinking_tokens,
@@ -60,7 +63,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
               f"{len(pending)} new -> {run_dir}", flush=True)
         sessions = store.read_manifest().get("sessions", [])
         session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending)}
-        model_info = {**model_identity(cfg), "backend": cfg.backend.name}
+        model_info = {**cfg.model.identity(), "backend": cfg.backend.name}
         store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
         if pending:
             from harness.backends import make_backend

@@ -14,7 +14,9 @@ from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
+from harness import atomic
 from harness.jsonl import iter_lines
+from harness.rundir import MANIFEST, PROMPTS, RECORDS
 from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,9 @@ class RunStore:
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.records_path = self.dir / "records.jsonl"
-        self.prompts_path = self.dir / "prompts.jsonl"
-        self.manifest_path = self.dir / "manifest.json"
+        self.records_path = self.dir / RECORDS
+        self.prompts_path = self.dir / PROMPTS
+        self.manifest_path = self.dir / MANIFEST
         self._lock = FileLock(str(self.dir / ".lock"))
         self._prompts: set[str] = set()
 
@@ -102,9 +104,7 @@ class RunStore:
         _append_lines(self.records_path, (canonical_json(asdict(r)) for r in records))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        tmp = self.manifest_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, self.manifest_path)
+        atomic.write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
     def read_manifest(self) -> dict[str, Any]:
         return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}

@@ -11,7 +11,7 @@ Probes (each isolates one structure; all but tool_messages send tool traffic as 
   system_mid        the status block as a system message just before the final user question
   consecutive_user  a plain second user message right after the final user question
   tool_messages     the raw trajectory with assistant tool_calls, `tool` role results and tool schemas
-Condition columns render each condition the way the hf backend would (native tools when the template
+Condition columns render each condition the way the backends do (native tools when the template
 handles them, Hermes text otherwise).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.render import template_supports_tools, to_hermes
+from harness.render import chat_input, native_tools, to_hermes
 from harness.types import Episode, Message
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "templates"
@@ -33,7 +33,7 @@ def sample_episodes() -> dict[str, Episode]:
     """One episode per scenario family (its default grid), at/over the limit where the family has
     one, so tool calls, distractors and the family's own structure (e.g. compaction) get exercised."""
     import scenarios
-    from harness.config import CONF_DIR, compose_config
+    from harness.compose import CONF_DIR, compose_config
 
     out = {}
     for family in scenarios.FAMILIES:
@@ -49,7 +49,7 @@ def _status(episode: Episode) -> str:
     from harness.config import ConditionConfig
     from harness.context import apply
 
-    return apply(episode, ConditionConfig(kind="status_tail"))[-1]["content"]
+    return apply(episode, ConditionConfig(kind="status"))[-1]["content"]
 
 
 def probes(episode: Episode) -> dict[str, tuple[list[Message], list[dict[str, Any]] | None, str | None]]:
@@ -69,10 +69,10 @@ def condition_inputs(episodes: dict[str, Episode]) -> dict[str, tuple[Episode, l
     condition applies to (e.g. a compaction condition needs a family with a compaction point), or
     why it applies to none."""
     from harness.config import ConditionConfig
-    from harness.context import CONDITIONS, apply
+    from harness.context import KINDS, apply
 
     out: dict[str, tuple[Episode, list[Message]] | str] = {}
-    for name in CONDITIONS:
+    for name in KINDS:
         reasons = []
         for episode in episodes.values():
             try:
@@ -126,7 +126,7 @@ def matrix(directory: Path, episodes: dict[str, Episode] | None = None) -> "Any"
     rows = []
     for path in paths:
         template = path.read_text(encoding="utf-8")
-        native = template_supports_tools(template)
+        native = native_tools(template, "auto")
         row: dict[str, Any] = {"template": path.stem, "native_tools": native}
         for name, (messages, tools, content) in structural.items():
             # schemas go along whenever the template takes them: some (Hermes-3 tool_use) need them
@@ -137,9 +137,8 @@ def matrix(directory: Path, episodes: dict[str, Episode] | None = None) -> "Any"
                 continue
             episode, messages = found
             column = f"condition:{name}" if episode is primary else f"condition:{name}@{episode.family}"
-            # as the hf backend sends it: native tools when the template takes them, Hermes text otherwise
-            row[column] = cell(template, messages, episode.tools, None) if native else \
-                cell(template, to_hermes(messages, episode.tools), None, None)
+            # as the backends send it: native tools when the template takes them, Hermes text otherwise
+            row[column] = cell(template, *chat_input(messages, episode.tools, native), None)
         rows.append(row)
     return pd.DataFrame(rows).set_index("template")
 

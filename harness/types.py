@@ -49,7 +49,7 @@ class Episode:
     expected: str
     # one tag per message (system, request, call_record, distractor, assistant, question)
     tags: list[str] = field(default_factory=list)
-    # which facts the family's status bar shows (harness.context.status.FACT_KINDS)
+    # which facts the family's status bar shows: calls, todo, repeats, failures (harness.context.status)
     status_facts: list[str] = field(default_factory=lambda: ["calls"])
     # index of the first message kept when a condition compacts the history or opens a new cycle
     # (None: the family has no compaction point), and the summary that replaces what came before

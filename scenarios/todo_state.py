@@ -4,7 +4,7 @@ The question needs the current list: which step is in progress (`ask=current`), 
 (`next`) or how many steps remain (`remaining`). The last list update sits
 before `compact_at`, so the compaction and cycle conditions must carry the list across the cut;
 the messages after it (the recent turns) never mention the list. Conditions to compare:
-todo_reflow (tool results only), todo_compaction, todo_cycle, status (bar), compacted (nothing).
+none (TODO by tool results only), todo_compaction, todo_cycle, status (bar), compacted (nothing).
 """
 from __future__ import annotations
 

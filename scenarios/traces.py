@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.config import ConfigError, ScenarioConfig, require
+from harness.config import ScenarioConfig, require
+from harness.errors import ConfigError
 from harness.context.calls import call_arguments, names_target
 from harness.context.status import tally
 from harness.jsonl import iter_lines
@@ -41,11 +42,13 @@ class TracesConfig(ScenarioConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(Path(self.path).expanduser().exists(), "scenario.path", f"{self.path!r} does not exist")
         parts = (self.rule_tool, self.rule_arg, self.rule_target, self.rule_limit)
         require(all(p is None for p in parts) or all(p is not None for p in parts), "scenario.rule_tool",
                 "set all of rule_tool, rule_arg, rule_target, rule_limit or none of them")
         require(self.rule_limit is None or self.rule_limit >= 1, "scenario.rule_limit", f"must be >= 1, got {self.rule_limit}")
+
+    def check_machine(self) -> None:
+        require(Path(self.path).expanduser().exists(), "scenario.path", f"{self.path!r} does not exist")
 
 
 def _clean(obj: Any) -> Any:

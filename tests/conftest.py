@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness.config import Config, compose_config, register
+from harness.compose import compose_config, register
+from harness.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -11,7 +11,8 @@ import pytest
 from harness.attention import store
 from harness.attention.probe import ANSWER, THINKING, AttentionProbe, completion_phases, reference_masses
 from harness.attention.regions import GENERATED, TEMPLATE, message_parts, prompt_regions
-from harness.config import ConfigError
+from harness.errors import ConfigError
+from harness.render import PromptRenderer
 from harness.plan import make_plan
 from harness.types import Completion
 from tests.conftest import make_cfg
@@ -64,7 +65,7 @@ class TinyQwen3:
     tokenizer with <think> and </think> added as tokens."""
 
     name = "hf"
-    native_tools = True
+    holds_hf_weights = True
 
     def __init__(self):
         from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
@@ -78,10 +79,10 @@ class TinyQwen3:
         config = Qwen3Config(vocab_size=len(self.tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                              num_attention_heads=16, num_key_value_heads=8, head_dim=16, max_position_embeddings=4096)
         self.model = Qwen3ForCausalLM(config).eval()
+        self.renderer = PromptRenderer(self.tokenizer, make_cfg().model)
 
     def render(self, request) -> str:
-        return self.tokenizer.apply_chat_template(request.messages, tools=request.tools, tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.renderer(request.messages, request.tools)
 
     def describe(self) -> dict:
         return {"path": "random-qwen3", "revision": None, "dtype": "float32", "device": "cpu"}
@@ -205,22 +206,22 @@ def test_archive_appends_and_replaces(tmp_path):
 
 def test_archive_resume_adds_parts_and_ignores_partial_writes(tmp_path):
     """A killed write leaves only its temporary file, which readers skip and the next part does not
-    collide with; a run made before parts (one attention.npz) is read as the oldest part."""
-    import io
-    import zipfile
-
-    with zipfile.ZipFile(tmp_path / "attention.npz", "w") as legacy:
-        for sid, value in (("a", np.arange(2)), ("old", np.ones(1))):
-            buf = io.BytesIO()
-            np.lib.format.write_array(buf, value)
-            legacy.writestr(f"{sid}/x.npy", buf.getvalue())
-    store.append(tmp_path, {"b": {"x": np.arange(1)}})
+    collide with; a shard's parts are read with the run's, refs relative to the run directory."""
+    (tmp_path / "records.jsonl").write_text("")
+    store.append(tmp_path, {"b": {"x": np.arange(1)}, "a": {"x": np.arange(2)}})
     (tmp_path / "attention" / ".part-000001.npz.tmp-999").write_bytes(b"PK\x03\x04 truncated")
     refs = store.append(tmp_path, {"a": {"x": np.arange(5)}})
     assert refs == {"a": "attention/part-000001.npz#a"}
-    assert [p.name for p in store.parts(tmp_path)] == ["attention.npz", "part-000000.npz", "part-000001.npz"]
+    shard = tmp_path / "shards" / "0-of-2"
+    shard.mkdir(parents=True)
+    (shard / "records.jsonl").write_text("")
+    shard_refs = store.append(shard, {"c": {"x": np.arange(3)}})
+    assert shard_refs == {"c": "shards/0-of-2/attention/part-000000.npz#c"}
+    assert [p.relative_to(tmp_path).as_posix() for p in store.parts(tmp_path)] == [
+        "attention/part-000000.npz", "attention/part-000001.npz", "shards/0-of-2/attention/part-000000.npz"]
     loaded = store.load(tmp_path)
-    assert sorted(loaded) == ["a", "b", "old"] and loaded["a"]["x"].tolist() == [0, 1, 2, 3, 4]
+    assert sorted(loaded) == ["a", "b", "c"] and loaded["a"]["x"].tolist() == [0, 1, 2, 3, 4]
+    assert store.load_ref(tmp_path, shard_refs["c"])["x"].tolist() == [0, 1, 2]
     assert store.load(tmp_path / "nothing") == {}
 
 

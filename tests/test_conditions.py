@@ -8,7 +8,7 @@ import pytest
 import scenarios
 from harness.config import ConditionConfig
 from harness.context import apply
-from harness.context.status import status_block
+from harness.context.status import RENDERERS, tag, tally
 from harness.render import to_hermes
 from harness.types import Rule
 from tests.conftest import SHARED, make_cfg
@@ -20,6 +20,10 @@ def _call(name: str, **args) -> dict:
 
 
 RULE = Rule("phone_call", "company", 3)
+def status_block(messages, rule, fmt="kv", target=None) -> str:
+    return tag(RENDERERS[fmt](tally(messages, rule, target)), fmt)
+
+
 SEED_TRAJECTORY = [{"role": "user", "content": "fix my internet"}] + [_call("phone_call", company="Xfinity")] * 3
 
 
@@ -46,7 +50,7 @@ def test_counts_are_per_company_and_per_tool():
 
 def test_default_grid_prose_is_the_seed_sentence_and_names_an_uncalled_target():
     eps = scenarios.build_episodes(make_cfg().scenario)
-    prose = ConditionConfig(kind="status_tail", format="prose")
+    prose = ConditionConfig(kind="status", format="prose")
     seed = [ep for ep in eps if ep.params["calls_made"] == 3]
     assert seed and all(apply(ep, prose)[-1]["content"] ==
                         "<agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>" for ep in seed)
@@ -69,7 +73,7 @@ def _episodes():
 def test_status_tail_keeps_the_trajectory_byte_identical(fmt):
     for ep in _episodes():
         base = apply(ep, ConditionConfig(kind="none"))
-        with_bar = apply(ep, ConditionConfig(kind="status_tail", format=fmt))
+        with_bar = apply(ep, ConditionConfig(kind="status", format=fmt))
         assert json.dumps(with_bar[:-1]) == json.dumps(base)
         assert with_bar[-1]["role"] == "user" and with_bar[-1]["content"].startswith("<agent_status>")
         assert ep.messages == base  # the episode itself is never mutated
@@ -91,7 +95,7 @@ def test_rendered_prompt_of_none_is_a_prefix_of_status_tail(template, hermes):
         return tpl.render(messages=msgs, tools=None if hermes else ep.tools, add_generation_prompt=gen)
 
     none = render(apply(ep, ConditionConfig(kind="none")), False)
-    tail = render(apply(ep, ConditionConfig(kind="status_tail")), True)
+    tail = render(apply(ep, ConditionConfig(kind="status")), True)
     assert tail.startswith(none) and "<agent_status>" in tail[len(none):]
 
 

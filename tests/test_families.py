@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from harness.config import ConfigError
+from harness.errors import ConfigError
 from harness.context import apply, todo
 from harness.context.loop_guard import is_failure
 from harness.context.status import tally
@@ -16,7 +16,7 @@ from harness.plan import make_plan
 from harness.types import Completion
 from tests.conftest import make_cfg, run_cli
 
-TODO_CONDITIONS = "[todo_reflow,todo_compaction,todo_cycle,status_tail,compacted]"
+TODO_CONDITIONS = "[none,todo_compaction,todo_cycle,status_tail,compacted]"
 
 
 def _eps(name: str, *overrides: str):
@@ -46,7 +46,7 @@ def test_todo_state_conditions_carry_or_lose_the_list():
     cfg = make_cfg("scenario=todo_state", f"condition={TODO_CONDITIONS}", "scenario.ask=[current]")
     ep = scenarios.build_episodes(cfg.scenario)[-1]
     views = {n: apply(ep, c) for n, c in cfg.conditions.items()}
-    assert views["todo_reflow"] == ep.messages
+    assert views["none"] == ep.messages
     text = {n: json.dumps(v, ensure_ascii=False) for n, v in views.items()}
     assert ep.target not in text["compacted"]  # the floor: the list is gone
     assert "Active todos resumed after context compaction:" in text["todo_compaction"]

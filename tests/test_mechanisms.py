@@ -89,7 +89,7 @@ def test_read_previews_keep_the_last_12_with_the_advice_line():
 
 
 def test_one_argument_decoder_one_error_policy():
-    from harness.config import ConfigError
+    from harness.errors import ConfigError
     from harness.context.calls import call_arguments
     from harness.context.envelopes import active_paths
     from harness.context.loop_guard import guard_trajectory

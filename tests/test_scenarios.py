@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 import scenarios
-from harness.config import ConfigError
+from harness.errors import ConfigError
 from harness.context.status import tally
 from tests.conftest import make_cfg
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError
+from harness.errors import ConfigError
 from harness.plan import make_plan
 from harness.run import execute
 from harness.store import RunStore

@@ -8,7 +8,8 @@ import jinja2
 import pytest
 
 import scenarios
-from harness.config import ConditionConfig, ConfigError
+from harness.config import ConditionConfig
+from harness.errors import ConfigError
 from harness.context import apply, turn_ends
 from harness.context.status import corrupt, tally
 from harness.context.strategy import STRATEGIES, reuse_table
@@ -91,9 +92,11 @@ def test_compaction_needs_a_compaction_point():
         apply(EP, ConditionConfig(history="compacted"))
 
 
-@pytest.mark.parametrize("override, key", [("placement=side", "condition.placement"), ("source=model2", "condition.source"),
+# enumerations fail at composition, naming the full key and the allowed values
+@pytest.mark.parametrize("override, key", [("placement=side", r"expected one of \[tail, head, mid\].*conditions.status_tail.placement"),
+                                           ("source=model2", "conditions.status_tail.source"),
                                            ("corrupt_fraction=0", "condition.corrupt_fraction"), ("date=today", "condition.date"),
-                                           ("history=none", "condition.history"), ("wrapper=xml", "condition.wrapper")])
+                                           ("history=none", "conditions.status_tail.history"), ("wrapper=xml", "conditions.status_tail.wrapper")])
 def test_bad_condition_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
         make_cfg("condition=[status_tail]", f"conditions.status_tail.{override}")
@@ -206,7 +209,7 @@ def test_strategy_command_prints_shared_prefix_tokens_per_turn(capsys):
 def test_new_condition_fields_at_their_defaults_keep_sample_ids():
     from harness.plan import condition_identity
 
-    assert condition_identity(ConditionConfig(kind="status_tail", format="prose")) == {"kind": "status_tail", "format": "prose"}
+    assert condition_identity(ConditionConfig(kind="status", format="prose")) == {"kind": "status", "format": "prose"}
     assert condition_identity(ConditionConfig(kind="status", placement="mid")) == {"kind": "status", "format": "kv",
                                                                                    "placement": "mid"}
 

@@ -159,7 +159,7 @@ def test_replay_skips_a_call_the_engine_would_reject():
 
 
 def test_replay_names_malformed_arguments():
-    from harness.config import ConfigError
+    from harness.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"tool call c0 \(checklist_write\): arguments are not valid JSON"):
         todo.replay(_traj(("checklist_write", '{"todos": [')))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.backends.vllm import VLLMBackend, group_requests, llm_kwargs, parse_output, prefix_key, sampling_kwargs
-from harness.config import ConfigError
+from harness.errors import ConfigError
 from harness.plan import make_plan
 from harness.render import split_thinking
 from harness.types import GenerationSettings

@@ -13,9 +13,9 @@ import numpy as np
 from harness.attention import store
 from harness.attention.probe import AttentionProbe, completion_phases
 from harness.attention.regions import GENERATED, message_parts, prompt_regions
-from harness.config import Config, ConfigError, HFBackendConfig
+from harness.config import Config
+from harness.errors import ConfigError
 from harness.plan import Sample
-from harness.render import to_hermes
 from harness.types import Completion, Record
 
 
@@ -29,11 +29,13 @@ def replay_text(completion: Completion) -> str:
 
 class RunProbe:
     def __init__(self, cfg: Config, backend: Any, run_dir: Path):
-        from harness.backends.hf import HFBackend
+        """`run_dir`: where this job's records go (the run, or its shard); parts are written there."""
+        from harness.backends import hf_weights
+        from harness.backends.hf import HFBackend, HFBackendConfig
 
-        # the hf backend's weights are the ones that generated: reuse them, no second copy
+        # a backend holding HF weights generated with them: reuse them, no second copy
         try:
-            self.hf = backend if backend.name == "hf" else HFBackend(
+            self.hf = hf_weights(backend) or HFBackend(
                 cfg.model, HFBackendConfig(device=cfg.probe.device, dtype=cfg.probe.dtype, batch_size=1))
         except OSError as exc:
             raise ConfigError(f"probe.attention: cannot load HF weights of model {cfg.model.name!r} to replay "
@@ -56,7 +58,7 @@ class RunProbe:
 
     def measure(self, sample: Sample, completion: Completion) -> dict[str, np.ndarray]:
         req, tok = sample.request, self.hf.tokenizer
-        shown = req.messages if self.hf.native_tools else to_hermes(req.messages, req.tools)
+        shown = self.hf.renderer.chat_input(req.messages, req.tools)[0]
         shown = shown[len(shown) - len(req.messages):]  # to_hermes may add a system prompt for the tools
         parts = message_parts(req.messages, shown, sample.episode.messages, sample.episode.tags)
         regions = prompt_regions(lambda msgs: self.hf.render(replace(req, messages=msgs)), req.messages, parts)

@@ -1,13 +1,18 @@
-"""Backends: one class each, one batch method `generate(requests) -> completions` (same order).
+"""Backends: one module each, holding its config class and a class with one batch method
+`generate(requests) -> completions` (same order), registered with `@register_backend`.
 
-Per-sample failures come back as a Completion with `error` set, never as an exception. Heavy
-libraries are imported inside the backend module that needs them.
+Per-sample failures come back as a Completion with `error` set, never as an exception. Backend
+modules import their heavy libraries (torch, vllm, openai) inside methods, so importing this
+package (which imports every backend module to fill the registry) stays fast.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
-from harness.config import Config
+from harness.config import BackendConfig, Config
 from harness.types import Completion, Request
 
 
@@ -19,22 +24,37 @@ class Backend(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    config_class: type[BackendConfig]
+    make: Callable[[Config], Backend]  # the run's config -> a loaded backend
+
+
+BACKENDS: dict[str, BackendSpec] = {}
+
+
+def register_backend(name: str, config_class: type[BackendConfig]) -> Callable[[type], type]:
+    """Class decorator: the backend is built as `cls(cfg.model, cfg.backend)`."""
+    def deco(cls: type) -> type:
+        BACKENDS[name] = BackendSpec(name, config_class, lambda cfg: cls(cfg.model, cfg.backend))
+        return cls
+
+    return deco
+
+
 def make_backend(cfg: Config) -> Backend:
-    name = cfg.backend.name
-    if name == "hf":
-        from .hf import HFBackend
+    spec = BACKENDS.get(cfg.backend.name)
+    if spec is None:
+        raise ValueError(f"backend.name: unknown backend {cfg.backend.name!r}; known: {sorted(BACKENDS)}")
+    return spec.make(cfg)
 
-        return HFBackend(cfg.model, cfg.backend)
-    if name == "scripted":
-        from .scripted import ScriptedBackend
 
-        return ScriptedBackend(cfg.backend)
-    if name == "openai":
-        from .openai_api import OpenAIBackend
+def hf_weights(backend: Any) -> Any:
+    """The backend itself when it holds HF weights and a tokenizer that the attention probe and
+    likelihood scoring can reuse (`model`, `tokenizer`, `render`), else None."""
+    return backend if getattr(backend, "holds_hf_weights", False) else None
 
-        return OpenAIBackend(cfg.model, cfg.backend)
-    if name == "vllm":
-        from .vllm import VLLMBackend
 
-        return VLLMBackend(cfg.model, cfg.backend)
-    raise ValueError(f"backend.name: unknown backend {name!r}")
+for _mod in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_mod.name}")

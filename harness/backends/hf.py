@@ -1,76 +1,74 @@
-"""transformers on CPU or GPU: chat-template rendering, shared-prefix prefill, batched left-padded decoding.
-
-The prompts of one call form a prefix tree (`harness.batching`): the arms of an episode share all but
-the last message, replicates share the whole prompt, episodes of a family share the system prompt and
-tools. Each node's KV cache is computed once, on top of its parent's, and the leaves are decoded in
-left-padded batches whose caches are the concatenated KV of their paths.
-
-The decode loop is ours rather than `model.generate` so that each sample draws from its own seeded
-generator: a sampled output depends on its seed only, not on which batch it landed in.
-"""
+"""transformers on CPU or GPU: chat-template rendering, then the shared-prefix decode engine
+(`harness.decode`). The model is loaded once per job; tokens are split into thinking and answer."""
 from __future__ import annotations
 
-import inspect
-import time
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from harness import models
-from harness.batching import PrefixNode, leaves, prefix_tree
-from harness.config import HFBackendConfig, ModelConfig
-from harness.render import count_thinking, split_thinking, template_supports_tools, to_hermes
+from harness.backends import register_backend
+from harness.config import BackendConfig, Device, DType, ModelConfig, require
+from harness.render import PromptRenderer, count_thinking, split_thinking
 from harness.types import Completion, GenerationSettings, Request
 
 
-class Decoded(NamedTuple):
-    tokens: list[int]
-    finish: str  # stop | length
-    cached: int  # prompt tokens whose KV was computed for an earlier sample of the same call
-    latency: float  # wall time of the batch that decoded it, with the prefills it needed
+@dataclass
+class HFBackendConfig(BackendConfig):
+    name: str = "hf"
+    device: Device = Device.cpu
+    dtype: DType = DType.float32
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
+    batch_size: int = 8
+    # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
+    # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
+    share_prefix: bool = True
+
+    def __post_init__(self) -> None:
+        require(self.threads >= 0, "backend.threads", f"must be >= 0, got {self.threads}")
+        require(self.batch_size >= 1, "backend.batch_size", f"must be >= 1, got {self.batch_size}")
 
 
+@register_backend("hf", HFBackendConfig)
 class HFBackend:
     name = "hf"
+    holds_hf_weights = True  # the attention probe replays with this backend's own model
 
     def __init__(self, model_cfg: ModelConfig, cfg: HFBackendConfig):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from harness.decode import PrefixDecoder
+
         self.cfg, self.model_cfg = cfg, model_cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.path, self.revision = models.resolve(model_cfg)
-        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-        dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else str(cfg.device)
+        dtype = "auto" if cfg.dtype == "auto" else getattr(torch, str(cfg.dtype))
         revision = self.revision if not model_cfg.gguf_package else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, revision=revision)
             self.model = AutoModelForCausalLM.from_pretrained(self.path, revision=revision, dtype=dtype).to(self.device).eval()
         except OSError as exc:  # not on the hub, no network, not a model folder
-            from harness.config import ConfigError
+            from harness.errors import ConfigError
 
             raise ConfigError(f"model.path: cannot load {self.path!r}: {str(exc).splitlines()[0]}") from None
-        template = self.tokenizer.chat_template if isinstance(self.tokenizer.chat_template, str) else None
-        fmt = model_cfg.tool_format
-        self.native_tools = fmt == "native" or (fmt == "auto" and template_supports_tools(template))
+        self.renderer = PromptRenderer(self.tokenizer, model_cfg)
+        self.native_tools = self.renderer.native_tools
         gen_eos = self.model.generation_config.eos_token_id
         eos = set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
         self.eos_ids = eos
-        vocab = self.tokenizer.get_vocab()
-        self.think_end_id = vocab.get("</think>")
-        # transformers 5.2x renamed forward's past_key_values to cache
-        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        self.think_end_id = self.tokenizer.get_vocab().get("</think>")
+        self.decoder = PrefixDecoder(self.model, eos, self.device, cfg.batch_size, cfg.share_prefix)
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,
                 "dtype": str(self.model.dtype), "native_tools": self.native_tools, "share_prefix": self.cfg.share_prefix}
 
     def render(self, request: Request) -> str:
-        messages = request.messages if self.native_tools else to_hermes(request.messages, request.tools)
-        return self.tokenizer.apply_chat_template(
-            messages, tools=request.tools if self.native_tools else None, tokenize=False,
-            add_generation_prompt=True, **dict(self.model_cfg.chat_template_kwargs))
+        return self.renderer(request.messages, request.tools)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
@@ -84,13 +82,13 @@ class HFBackend:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             groups.setdefault(_gen_key(req.generation), []).append((i, text, ids))
         for items in groups.values():
-            decoded = self._decode([ids for _, _, ids in items], requests[items[0][0]].generation,
-                                   [requests[i].seed for i, _, _ in items])
+            decoded = self.decoder.decode([ids for _, _, ids in items], requests[items[0][0]].generation,
+                                          [requests[i].seed for i, _, _ in items])
             for (i, text, ids), d in zip(items, decoded):
                 out[i] = self._completion(text, ids, d)
         return [c for c in out if c is not None]
 
-    def _completion(self, prompt_text: str, prompt_ids: list[int], d: Decoded) -> Completion:
+    def _completion(self, prompt_text: str, prompt_ids: list[int], d: Any) -> Completion:
         tokens = d.tokens
         body = tokens[:-1] if tokens and tokens[-1] in self.eos_ids else tokens
         text = self.tokenizer.decode(body, skip_special_tokens=False)
@@ -100,127 +98,6 @@ class HFBackend:
         return Completion(text=text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=len(prompt_ids),
                           cached_prompt_tokens=d.cached, completion_tokens=len(tokens), thinking_tokens=thinking,
                           answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, finish_reason=d.finish)
-
-    def _decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int]) -> list[Decoded]:
-        """Decode every prompt, in batches of cfg.batch_size, sharing prefix KV across the whole call.
-        Without share_prefix each prompt is its own tree (the naive path), batched by length."""
-        # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
-        copy = gen.greedy and self.cfg.share_prefix
-        if self.cfg.share_prefix:
-            order = [(i, node) for i, node in leaves(prefix_tree(prompts)) if not copy or i == node.ends[0]]
-        else:
-            order = [(i, PrefixNode(0, list(prompts[i]), [i], [i]))
-                     for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
-        # a node's KV lives until the last sample through it is decoded
-        remaining: dict[int, int] = {}
-        for _, node in order:
-            for n in node.path():
-                remaining[id(n)] = remaining.get(id(n), 0) + 1
-        store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
-        results: list[Decoded | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.cfg.batch_size):
-            chunk = order[start:start + self.cfg.batch_size]
-            t0 = time.perf_counter()
-            cached = []
-            for _, node in chunk:
-                path = node.path()
-                cached.append(sum(len(n.tokens) for n in path if id(n) in store))
-                self._prefill(path, store)
-            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk])
-            latency = time.perf_counter() - t0
-            for (i, node), (tokens, finish), c in zip(chunk, outputs, cached):
-                results[i] = Decoded(tokens, finish, c, latency)
-                for j in node.ends[1:] if copy else []:
-                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency)
-                for n in node.path():
-                    remaining[id(n)] -= 1
-                    if remaining[id(n)] == 0:
-                        del store[id(n)]
-        return [r for r in results if r is not None]
-
-    def _prefill(self, path: list[PrefixNode], store: dict) -> None:
-        """Compute the KV of every node of `path` not yet in `store`, each on top of its ancestors'."""
-        import torch
-        from transformers import DynamicCache
-
-        for depth, node in enumerate(path):
-            if id(node) in store:
-                continue
-            past = _concat_kv([store[id(n)][0] for n in path[:depth]])
-            cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
-            with torch.inference_mode():
-                logits = self.model(
-                    input_ids=torch.tensor([node.tokens], device=self.device),
-                    attention_mask=torch.ones(1, node.end, dtype=torch.long, device=self.device),
-                    position_ids=torch.arange(node.start, node.end, device=self.device)[None],
-                    use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
-            kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
-            store[id(node)] = (kv, logits)
-
-    def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int]) -> list[tuple[list[int], str]]:
-        """Decode one left-padded batch whose row r continues the prompt ending at node ends[r]."""
-        import torch
-        import torch.nn.functional as F
-        from transformers import DynamicCache
-        from transformers.generation.logits_process import (
-            LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
-
-        warpers = LogitsProcessorList()
-        if not gen.greedy:
-            warpers.append(TemperatureLogitsWarper(gen.temperature))
-            if gen.top_k:
-                warpers.append(TopKLogitsWarper(gen.top_k))
-            if gen.top_p < 1.0:
-                warpers.append(TopPLogitsWarper(gen.top_p))
-            if gen.min_p > 0:
-                warpers.append(MinPLogitsWarper(gen.min_p))
-        generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
-        width = max(node.end for node in ends)
-        paths: dict[int, list[tuple[Any, Any]]] = {}  # replicates share one concatenation
-        for node in ends:
-            if id(node) not in paths:
-                paths[id(node)] = _concat_kv([store[id(n)][0] for n in node.path()])
-        cache = DynamicCache(ddp_cache_data=[
-            tuple(torch.cat([F.pad(paths[id(node)][layer][j], (0, 0, width - node.end, 0)) for node in ends]) for j in (0, 1))
-            for layer in range(len(paths[id(ends[0])]))])
-        mask = torch.tensor([[0] * (width - n.end) + [1] * n.end for n in ends], device=self.device)
-        positions = torch.tensor([[n.end] for n in ends], device=self.device)
-        logits = torch.stack([store[id(n)][1] for n in ends])
-        rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
-        generated: list[list[int]] = [[] for _ in ends]
-        done = [False] * len(ends)
-        with torch.inference_mode():
-            for step in range(gen.max_new_tokens):
-                if gen.greedy:
-                    nxt = logits.argmax(-1)
-                else:
-                    probs = torch.softmax(warpers(None, logits.float()), dim=-1)
-                    nxt = torch.stack([torch.multinomial(probs[b], 1, generator=generators[r])[0] for b, r in enumerate(rows)])
-                for r, tok in zip(rows, nxt.tolist()):
-                    generated[r].append(tok)
-                    done[r] = tok in self.eos_ids
-                keep = [b for b, r in enumerate(rows) if not done[r]]
-                if not keep or step == gen.max_new_tokens - 1:
-                    break
-                if len(keep) < len(rows):
-                    index = torch.tensor(keep, device=self.device)
-                    cache.batch_select_indices(index)
-                    mask, positions, nxt = mask[index], positions[index], nxt[index]
-                    rows = [rows[b] for b in keep]
-                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-                logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions,
-                                    use_cache=True, **{self.cache_kw: cache}).logits[:, -1, :]
-                positions = positions + 1
-        return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
-
-
-def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
-    """Per-layer (keys, values) of consecutive token runs, joined along the sequence axis."""
-    import torch
-
-    if len(parts) <= 1:
-        return parts[0] if parts else []
-    return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]
 
 
 def _gen_key(gen: GenerationSettings) -> tuple:

@@ -12,12 +12,41 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from harness.batching import prefix_key, prefix_order
-from harness.config import ModelConfig, OpenAIBackendConfig
-from harness.render import split_thinking, to_hermes
+from harness.backends import register_backend
+from harness.config import BackendConfig, ModelConfig, require
+from harness.render import chat_input, split_thinking
 from harness.types import Completion, GenerationSettings, Request
+
+
+@dataclass
+class OpenAIBackendConfig(BackendConfig):
+    """Any OpenAI-compatible chat-completions server (vllm serve, transformers serve, frontier APIs)."""
+
+    name: str = "openai"
+    base_url: str = "http://127.0.0.1:8000/v1"
+    served_model: Optional[str] = None  # the server's model name; null = model.path, else model.name
+    # name of the environment variable holding the key; the key itself never enters the config
+    api_key_env: Optional[str] = "OPENAI_API_KEY"
+    concurrency: int = 8  # requests in flight at once
+    max_retries: int = 5  # openai client's own exponential backoff with jitter on 408/409/429/5xx/timeouts
+    timeout_s: float = 300.0
+    stream: bool = False  # on: time to first token is measured
+    extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
+
+    def __post_init__(self) -> None:
+        require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
+        require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
+        require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
+        require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
+
+    def check_machine(self) -> None:
+        if self.api_key_env:
+            require(bool(os.environ.get(self.api_key_env)), "backend.api_key_env",
+                    f"environment variable {self.api_key_env} is not set (or set backend.api_key_env=null for a server without keys)")
 
 
 def request_kwargs(model: str, req: Request, chat_template_kwargs: dict[str, Any], extra_body: dict[str, Any],
@@ -26,13 +55,13 @@ def request_kwargs(model: str, req: Request, chat_template_kwargs: dict[str, Any
     (in extra_body), since OpenAI's own API rejects them while vLLM and transformers serve accept them.
     With `hermes` (model.tool_format=hermes) tool traffic goes as text, for served templates without tools."""
     gen: GenerationSettings = req.generation
-    messages = to_hermes(req.messages, req.tools) if hermes else req.messages
+    messages, tools = chat_input(req.messages, req.tools, native=not hermes)  # the server renders its own template
     kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": gen.max_new_tokens,
                               "temperature": gen.temperature, "seed": req.seed}
     if gen.top_p < 1.0:
         kwargs["top_p"] = gen.top_p
-    if req.tools and not hermes:
-        kwargs["tools"] = req.tools
+    if tools:
+        kwargs["tools"] = tools
     extra = dict(extra_body)
     if gen.top_k and not gen.greedy:
         extra["top_k"] = gen.top_k
@@ -112,6 +141,7 @@ def describe_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+@register_backend("openai", OpenAIBackendConfig)
 class OpenAIBackend:
     name = "openai"
 

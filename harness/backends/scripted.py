@@ -7,13 +7,38 @@ marked scripted.
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError, ScriptedBackendConfig
+from omegaconf import MISSING
+
+from harness.backends import register_backend
+from harness.config import BackendConfig, ConfigError, ModelConfig, require
 from harness.jsonl import iter_lines
 from harness.render import split_thinking
-from harness.types import Completion, Request
+from harness.types import Completion, Request, sha256
+
+
+class Match(StrEnum):
+    id = "id"  # by (episode_id, condition[, replicate])
+    order = "order"  # the i-th line answers the i-th sample of the plan
+
+
+@dataclass
+class ScriptedBackendConfig(BackendConfig):
+    name: str = "scripted"
+    path: str = MISSING  # JSONL of completions
+    match: Match = Match.id
+
+    def check_machine(self) -> None:
+        require(os.path.isfile(os.path.expanduser(self.path)), "backend.path", f"file {self.path!r} does not exist")
+
+    def identity(self) -> dict[str, Any]:
+        # another completions file is another set of outputs
+        return {**super().identity(), "completions_sha256": sha256(Path(self.path).expanduser().read_text(encoding="utf-8"))}
 
 
 def load_lines(path: str) -> list[dict[str, Any]]:
@@ -25,10 +50,11 @@ def load_lines(path: str) -> list[dict[str, Any]]:
     return rows
 
 
+@register_backend("scripted", ScriptedBackendConfig)
 class ScriptedBackend:
     name = "scripted"
 
-    def __init__(self, cfg: ScriptedBackendConfig):
+    def __init__(self, model_cfg: ModelConfig, cfg: ScriptedBackendConfig):
         self.cfg = cfg
         self.rows = load_lines(cfg.path)
         self.by_key: dict[tuple, dict[str, Any]] = {}

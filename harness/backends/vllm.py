@@ -11,15 +11,36 @@ and vLLM rejects n > 1 under greedy in some versions), and prefix caching makes 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
-from typing import Any, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
 
 from harness.batching import prefix_key
-from harness.config import ModelConfig, VLLMBackendConfig
-from harness.render import count_thinking, split_thinking, template_supports_tools, to_hermes
+from harness.backends import register_backend
+from harness.config import BackendConfig, DType, ModelConfig, require
+from harness.render import PromptRenderer, count_thinking, split_thinking
 from harness.types import Completion, GenerationSettings, Request, canonical_json
 
 Split = Callable[[str], "tuple[str, str]"]  # completion text -> (reasoning, answer)
+
+
+@dataclass
+class VLLMBackendConfig(BackendConfig):
+    """vLLM offline inference: one vllm.LLM per job, every request of a batch in one call."""
+
+    name: str = "vllm"
+    dtype: DType = DType.auto
+    tensor_parallel_size: int = 1
+    max_model_len: Optional[int] = None  # null = the model's own
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    enforce_eager: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.tensor_parallel_size >= 1, "backend.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
+        require(self.max_model_len is None or self.max_model_len >= 1, "backend.max_model_len", f"must be >= 1, got {self.max_model_len}")
+        require(0 < self.gpu_memory_utilization <= 1, "backend.gpu_memory_utilization",
+                f"must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
 def llm_kwargs(model_cfg: ModelConfig, cfg: VLLMBackendConfig, path: str, revision: str | None) -> dict[str, Any]:
@@ -85,6 +106,7 @@ def reasoning_splitter(name: str | None, tokenizer: Any) -> Split:
     return split
 
 
+@register_backend("vllm", VLLMBackendConfig)
 class VLLMBackend:
     name = "vllm"
 
@@ -99,7 +121,7 @@ class VLLMBackend:
             try:
                 import vllm
             except ImportError:
-                from harness.config import ConfigError
+                from harness.errors import ConfigError
 
                 raise ConfigError('backend: vllm is not installed (pip install -e ".[gpu]" on a GPU node)') from None
             llm = vllm.LLM(**llm_kwargs(model_cfg, cfg, self.path, None if model_cfg.gguf_package else self.revision))
@@ -107,9 +129,8 @@ class VLLMBackend:
         self.llm, self.sampling_params = llm, sampling_params
         self.tokenizer = llm.get_tokenizer()
         self.max_model_len = llm.llm_engine.model_config.max_model_len
-        template = getattr(self.tokenizer, "chat_template", None)
-        fmt = model_cfg.tool_format
-        self.native_tools = fmt == "native" or (fmt == "auto" and template_supports_tools(template if isinstance(template, str) else None))
+        self.renderer = PromptRenderer(self.tokenizer, model_cfg)
+        self.native_tools = self.renderer.native_tools
         self.think_end_id = self.tokenizer.get_vocab().get("</think>")
         self.split = reasoning_splitter(model_cfg.reasoning_parser, self.tokenizer)
 
@@ -122,16 +143,12 @@ class VLLMBackend:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def chat_input(self, req: Request) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-        if self.native_tools:
-            return req.messages, req.tools or None
-        return to_hermes(req.messages, req.tools), None
+        return self.renderer.chat_input(req.messages, req.tools)
 
     def precheck(self, req: Request) -> tuple[str | None, str | None]:
         """(rendered prompt, None) or (None, error): the template's own exception or an over-long prompt."""
-        messages, tools = self.chat_input(req)
         try:
-            text = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
-                                                      **dict(self.model_cfg.chat_template_kwargs))
+            text = self.renderer(req.messages, req.tools)
         except Exception as exc:  # raise_exception in a template is a per-sample outcome
             return None, f"template: {type(exc).__name__}: {exc}"
         n = len(self._encode(text))

@@ -1,7 +1,7 @@
 """One decoder for a tool call's arguments (OpenAI chat format: a JSON string or an object).
 
 Error policy, everywhere: arguments that are not a JSON object are the trajectory's fault (a
-user's trace or a dataset row), so they raise `harness.config.ConfigError` naming the call (and
+user's trace or a dataset row), so they raise `harness.errors.ConfigError` naming the call (and
 `where`, e.g. the trace), never a raw JSONDecodeError. `scenarios/traces.py` decodes every
 call once at load time, so a bad trace fails there, naming the trace and the message.
 """
@@ -35,7 +35,7 @@ def names_target(value: Any, target: str) -> bool:
 
 
 def _error(call: dict[str, Any], where: str, what: str) -> Exception:
-    from harness.config import ConfigError
+    from harness.errors import ConfigError
 
     name = (call.get("function") or {}).get("name", "?")
     prefix = f"{where}: " if where else ""

@@ -23,9 +23,6 @@ from . import todo as todo_mod
 from .calls import call_arguments, names_target
 from .loop_guard import is_failure
 
-FACT_KINDS = ("calls", "todo", "repeats", "failures")
-
-
 @dataclass(frozen=True)
 class StatusFacts:
     calls_by_tool: dict[str, int]  # in order of first call
@@ -184,6 +181,3 @@ def tag(body: str, fmt: str, internal: bool = False, reminder: bool = False) -> 
     text = f"{open_tag}\n{body}\n</agent_status>" if fmt == "kv" else f"{open_tag}{body}</agent_status>"
     return f"<system-reminder>\n{text}\n</system-reminder>" if reminder else text
 
-
-def status_block(messages: list[Message], rule: Rule, fmt: str = "kv", target: str | None = None) -> str:
-    return tag(RENDERERS[fmt](tally(messages, rule, target)), fmt)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable
 
 from harness.types import Episode, Message
@@ -59,42 +58,39 @@ def reuse_table(episode: Episode, cfg: Any, tokenize: Callable[[list[Message]], 
     return rows
 
 
-def hf_tokenizer(model_cfg: Any) -> Callable[[list[Message]], list[int]]:
-    """Token ids of the prompt exactly as the hf backend renders it (generation prompt included)."""
+def prompt_tokenizer(tokenizer: Any, model_cfg: Any) -> Callable[[list[Message], list[dict[str, Any]]], list[int]]:
+    """Token ids of the prompt exactly as the backends render it (tools, generation prompt included)."""
+    from harness.render import PromptRenderer
+
+    render = PromptRenderer(tokenizer, model_cfg)
+    return lambda messages, tools: tokenizer(render(messages, tools), add_special_tokens=False)["input_ids"]
+
+
+def hf_tokenizer(model_cfg: Any) -> Callable[[list[Message], list[dict[str, Any]]], list[int]]:
+    """`prompt_tokenizer` with the configured model's own tokenizer."""
     from transformers import AutoTokenizer
 
     from harness import models
-    from harness.render import template_supports_tools, to_hermes
 
     path, revision = models.resolve(model_cfg)
-    tok = AutoTokenizer.from_pretrained(path, revision=revision if not model_cfg.gguf_package else None)
-    native = model_cfg.tool_format == "native" or (
-        model_cfg.tool_format == "auto" and template_supports_tools(tok.chat_template if isinstance(tok.chat_template, str) else None))
-
-    def tokenize(messages: list[Message], tools: list | None = None) -> list[int]:
-        text = tok.apply_chat_template(messages if native else to_hermes(messages, tools or []), tokenize=False,
-                                       add_generation_prompt=True, **dict(model_cfg.chat_template_kwargs))
-        return tok(text, add_special_tokens=False)["input_ids"]
-
-    return tokenize
+    return prompt_tokenizer(AutoTokenizer.from_pretrained(path, revision=revision if not model_cfg.gguf_package else None), model_cfg)
 
 
 def main(argv: list[str] | None = None) -> None:
     import pandas as pd
-    from hydra import compose, initialize_config_dir
 
     import scenarios
-    from harness.config import ConditionConfig, register, to_typed
+    from harness.compose import compose_config, user_errors
+    from harness.config import ConditionConfig
 
     parser = argparse.ArgumentParser(prog="python -m harness.context.strategy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=1, help="how many episodes of the grid (from the first)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (scenario=..., model=..., the bar's format via "
                         "conditions.status_tail.format=prose)")
     args = parser.parse_intermixed_args(argv)
-    register()
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
-        cfg = to_typed(compose("config", overrides=args.overrides))
-    bar_cfg = next((c for c in cfg.conditions.values() if c.kind in ("status", "status_tail")), ConditionConfig(kind="status"))
+    with user_errors():
+        cfg = compose_config(args.overrides)
+    bar_cfg = next((c for c in cfg.conditions.values() if c.kind == "status"), ConditionConfig(kind="status"))
     tokenize = hf_tokenizer(cfg.model)
     rows = []
     for ep in scenarios.build_episodes(cfg.scenario)[:args.episodes]:

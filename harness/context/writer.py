@@ -13,8 +13,7 @@ from typing import Any
 
 from harness.types import Message, Request
 
-from . import history, place
-from .status import tag
+from . import apply, wrap
 
 WRITER_PROMPT = (
     "You maintain the status bar of an AI agent. Read the agent's trajectory below and write the facts a "
@@ -51,8 +50,7 @@ def bar_from(text: str, ccfg: Any) -> str:
 
     answer = split_thinking(text)[1]
     match = _BLOCK.search(answer)
-    return tag((match.group(1) if match else answer).strip(), ccfg.format, internal=ccfg.internal,
-               reminder=ccfg.wrapper == "system_reminder")
+    return wrap((match.group(1) if match else answer).strip(), ccfg)
 
 
 class WriterBackends:
@@ -68,7 +66,7 @@ class WriterBackends:
             from hydra import compose
 
             from harness.backends import make_backend
-            from harness.config import to_typed
+            from harness.compose import to_typed
 
             wcfg = to_typed(compose("config", overrides=list(key)))  # inside the running Hydra app
             self.loaded[key] = (make_backend(wcfg), wcfg.model)
@@ -90,8 +88,8 @@ def write_bars(batch: list[Any], backend_for: Any) -> dict[str, dict[str, Any]]:
         backend, model = backend_for(samples[0].condition_cfg)
         for s, c in zip(samples, backend.generate([writer_request(s) for s in samples])):
             bar = bar_from(c.text, s.condition_cfg) if not c.error else None
-            if bar is not None:
-                s.request.messages = place(history(s.episode, s.condition_cfg), bar, s.condition_cfg.placement)
+            if bar is not None:  # the same pipeline as every bar: loop guard and turn meta stay
+                s.request.messages = apply(s.episode, s.condition_cfg, bar=bar)
             info[s.sample_id] = {"bar": bar, "error": c.error, "prompt_tokens": c.prompt_tokens,
                                  "completion_tokens": c.completion_tokens, "latency_s": c.latency_s,
                                  "cost_usd": cost_usd(model, c), "model": model.name, "scripted": c.scripted,

@@ -1,0 +1,167 @@
+"""The hf backend's decode engine: shared-prefix prefill and batched, left-padded decoding.
+
+The prompts of one call form a prefix tree (`harness.batching`): the arms of an episode share all but
+the last message, replicates share the whole prompt, episodes of a family share the system prompt and
+tools. Each node's KV cache is computed once, on top of its parent's, and the leaves are decoded in
+left-padded batches whose caches are the concatenated KV of their paths.
+
+The decode loop is ours rather than `model.generate` so that each sample draws from its own seeded
+generator: a sampled output depends on its seed only, not on which batch it landed in.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any, NamedTuple
+
+from harness.batching import PrefixNode, leaves, prefix_tree
+from harness.types import GenerationSettings
+
+
+class Decoded(NamedTuple):
+    tokens: list[int]
+    finish: str  # stop | length
+    cached: int  # prompt tokens whose KV was computed for an earlier sample of the same call
+    latency: float  # wall time of the batch that decoded it, with the prefills it needed
+
+
+class PrefixDecoder:
+    """Decodes token-id prompts with a causal LM; `share_prefix=False` is the naive path (each prompt
+    prefilled on its own) that the benchmark and the identity test compare against."""
+
+    def __init__(self, model: Any, eos_ids: set[int], device: str, batch_size: int, share_prefix: bool = True):
+        self.model, self.eos_ids, self.device = model, eos_ids, device
+        self.batch_size, self.share_prefix = batch_size, share_prefix
+        # transformers 5.2x renamed forward's past_key_values to cache
+        self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int]) -> list[Decoded]:
+        """Decode every prompt, in batches of cfg.batch_size, sharing prefix KV across the whole call.
+        Without share_prefix each prompt is its own tree (the naive path), batched by length."""
+        # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
+        copy = gen.greedy and self.share_prefix
+        if self.share_prefix:
+            order = [(i, node) for i, node in leaves(prefix_tree(prompts)) if not copy or i == node.ends[0]]
+        else:
+            order = [(i, PrefixNode(0, list(prompts[i]), [i], [i]))
+                     for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
+        # a node's KV lives until the last sample through it is decoded
+        remaining: dict[int, int] = {}
+        for _, node in order:
+            for n in node.path():
+                remaining[id(n)] = remaining.get(id(n), 0) + 1
+        store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
+        results: list[Decoded | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            t0 = time.perf_counter()
+            cached = []
+            for _, node in chunk:
+                path = node.path()
+                cached.append(sum(len(n.tokens) for n in path if id(n) in store))
+                self._prefill(path, store)
+            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk])
+            latency = time.perf_counter() - t0
+            for (i, node), (tokens, finish), c in zip(chunk, outputs, cached):
+                results[i] = Decoded(tokens, finish, c, latency)
+                for j in node.ends[1:] if copy else []:
+                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency)
+                for n in node.path():
+                    remaining[id(n)] -= 1
+                    if remaining[id(n)] == 0:
+                        del store[id(n)]
+        return [r for r in results if r is not None]
+
+    def _prefill(self, path: list[PrefixNode], store: dict) -> None:
+        """Compute the KV of every node of `path` not yet in `store`, each on top of its ancestors'."""
+        import torch
+        from transformers import DynamicCache
+
+        for depth, node in enumerate(path):
+            if id(node) in store:
+                continue
+            past = _concat_kv([store[id(n)][0] for n in path[:depth]])
+            cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+            with torch.inference_mode():
+                logits = self.model(
+                    input_ids=torch.tensor([node.tokens], device=self.device),
+                    attention_mask=torch.ones(1, node.end, dtype=torch.long, device=self.device),
+                    position_ids=torch.arange(node.start, node.end, device=self.device)[None],
+                    use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
+            kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
+            store[id(node)] = (kv, logits)
+
+    def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int]) -> list[tuple[list[int], str]]:
+        """Decode one left-padded batch whose row r continues the prompt ending at node ends[r]."""
+        import torch
+        import torch.nn.functional as F
+        from transformers import DynamicCache
+        from transformers.generation.logits_process import (
+            LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+        warpers = LogitsProcessorList()
+        if not gen.greedy:
+            warpers.append(TemperatureLogitsWarper(gen.temperature))
+            if gen.top_k:
+                warpers.append(TopKLogitsWarper(gen.top_k))
+            if gen.top_p < 1.0:
+                warpers.append(TopPLogitsWarper(gen.top_p))
+            if gen.min_p > 0:
+                warpers.append(MinPLogitsWarper(gen.min_p))
+        generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        width = max(node.end for node in ends)
+        paths: dict[int, list[tuple[Any, Any]]] = {}  # replicates share one concatenation
+        for node in ends:
+            if id(node) not in paths:
+                paths[id(node)] = _concat_kv([store[id(n)][0] for n in node.path()])
+        cache = DynamicCache(ddp_cache_data=[
+            tuple(torch.cat([F.pad(paths[id(node)][layer][j], (0, 0, width - node.end, 0)) for node in ends]) for j in (0, 1))
+            for layer in range(len(paths[id(ends[0])]))])
+        mask = torch.tensor([[0] * (width - n.end) + [1] * n.end for n in ends], device=self.device)
+        positions = torch.tensor([[n.end] for n in ends], device=self.device)
+        logits = torch.stack([store[id(n)][1] for n in ends])
+        rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
+        generated: list[list[int]] = [[] for _ in ends]
+        done = [False] * len(ends)
+        with torch.inference_mode():
+            for step in range(gen.max_new_tokens):
+                if gen.greedy:
+                    nxt = logits.argmax(-1)
+                else:
+                    probs = torch.softmax(warpers(None, logits.float()), dim=-1)
+                    nxt = torch.stack([torch.multinomial(probs[b], 1, generator=generators[r])[0] for b, r in enumerate(rows)])
+                for r, tok in zip(rows, nxt.tolist()):
+                    generated[r].append(tok)
+                    done[r] = tok in self.eos_ids
+                keep = [b for b, r in enumerate(rows) if not done[r]]
+                if not keep or step == gen.max_new_tokens - 1:
+                    break
+                if len(keep) < len(rows):
+                    index = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(index)
+                    mask, positions, nxt = mask[index], positions[index], nxt[index]
+                    rows = [rows[b] for b in keep]
+                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+                logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions,
+                                    use_cache=True, **{self.cache_kw: cache}).logits[:, -1, :]
+                positions = positions + 1
+        return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
+
+
+def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
+    """Per-layer (keys, values) of consecutive token runs, joined along the sequence axis."""
+    import torch
+
+    if len(parts) <= 1:
+        return parts[0] if parts else []
+    return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]
+
+
+
+def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
+    """Per-layer (keys, values) of consecutive token runs, joined along the sequence axis."""
+    import torch
+
+    if len(parts) <= 1:
+        return parts[0] if parts else []
+    return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]
