@@ -181,15 +181,3 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
             Section("Attention: layers x regions", "Per condition, and each condition minus the first.", None, HEATMAP),
             Section("Attention: token strip", f"One episode per condition ({episode}).", None, STRIP)]
 
-
-def markdown(run_dir: Path, out_dir: Path | None = None) -> list[str]:
-    """Markdown lines of the attention section for one run, figures written to out_dir (default: the run)."""
-    from analysis.load import load_records
-
-    out = Path(out_dir or run_dir)
-    lines: list[str] = []
-    for s in sections(load_records([run_dir]), [Path(run_dir)], out):
-        lines += [f"## {s.title}", ""] + ([s.text, ""] if s.text else [])
-        lines += [s.table.to_markdown(index=False), ""] if s.table is not None else []
-        lines += [f"![{s.title}]({s.figure}.png)", ""] if s.figure else []
-    return lines

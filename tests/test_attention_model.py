@@ -67,6 +67,27 @@ def test_run_with_the_probe_writes_masses_and_report(tmp_path: Path):
     assert store.parts(run_dir) == written  # nothing new measured, no part added or rewritten
 
 
+def test_sharded_run_with_the_probe_reports_attention(tmp_path: Path):
+    """Each shard writes its own attention parts; the report over the run directory reads them all."""
+    from analysis.report import write_report
+
+    args = ["scenario.calls_made=[3,4]", *SHORT[1:], "model.generation.max_new_tokens=4", "probe.attention=true",
+            f"run.root={tmp_path}", "run.name=sharded", "run.report=false"]
+    for i in (0, 1):
+        res = run_cli(*args, f"run.shard={i}/2")
+        assert res.returncode == 0, res.stderr
+    run_dir = tmp_path / "status_ablation" / "sharded"
+    records = [json.loads(x) for p in run_dir.glob("shards/*/records.jsonl") for x in p.read_text().splitlines()]
+    assert len(records) == 4 and not (run_dir / "attention").exists()
+    assert all(list((run_dir / "shards" / f"{i}-of-2" / "attention").glob("part-*.npz")) for i in (0, 1))
+    assert sorted(store.load(run_dir)) == sorted(r["sample_id"] for r in records)
+    for r in records:
+        assert r["attention_ref"].startswith("shards/") and store.load_ref(run_dir, r["attention_ref"])["masses"].size
+    write_report([run_dir])
+    report = (run_dir / "report.md").read_text()
+    assert "Attention: share per region" in report and "status bar gets" in report
+
+
 def test_scripted_completions_are_replayed_with_the_model_weights(tmp_path: Path):
     lines = tmp_path / "completions.jsonl"
     lines.write_text(json.dumps({"text": "<think>\nThree calls.\n</think>\n\nNo more calls."}) + "\n"
