@@ -136,6 +136,11 @@ def test_scripted_run_reports_one_row_per_condition(tmp_path: Path, scenario, co
     report = (run_dir / "report.md").read_text()
     for name in names:
         assert sum(line.startswith(f"| {name} ") for line in report.splitlines()) >= 1, name
+    # every condition changes what the model sees, on some episode of the family
+    shown = {(r["episode_id"], r["condition"]): r["prompt_sha256"] for r in records}
+    episodes = {r["episode_id"] for r in records}
+    for name in set(names) - {"none"}:
+        assert any(shown[(e, name)] != shown[(e, "none")] for e in episodes), f"{name} left every prompt as in none"
 
 
 def test_loop_guard_repeat_is_the_same_page_however_spelled():

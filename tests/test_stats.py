@@ -169,6 +169,20 @@ def test_cost_per_correct_with_and_without_cost_usd():
     assert math.isnan(tables.cost_latency(_records(partly)).iloc[0]["usd_per_correct"])
 
 
+def test_cost_of_one_completion_by_hand():
+    from harness.config import ModelConfig
+    from harness.cost import cost_usd
+    from harness.types import Completion
+
+    model = ModelConfig(name="m", path="m", price_input_per_mtok=2.0, price_cached_input_per_mtok=0.5, price_output_per_mtok=8.0)
+    done = Completion(prompt_tokens=1000, cached_prompt_tokens=400, completion_tokens=250)
+    assert cost_usd(model, done) == pytest.approx((600 * 2.0 + 400 * 0.5 + 250 * 8.0) / 1e6) == pytest.approx(0.0034)
+    uncached = ModelConfig(name="m", path="m", price_input_per_mtok=2.0, price_output_per_mtok=8.0)
+    assert cost_usd(uncached, done) == pytest.approx(0.004)  # cached input billed as input when no cached price
+    assert cost_usd(model, Completion(prompt_tokens=1000)) is None  # an unknown count is an unknown cost
+    assert cost_usd(ModelConfig(name="m", path="m"), done) is None
+
+
 def test_comparison_and_pass_k_tables():
     rows = []
     for ep in range(4):

@@ -169,6 +169,28 @@ def test_shared_prefix_per_turn_by_strategy():
     assert by[("append", turns)]["prompt_tokens"] > by[("replace", turns)]["prompt_tokens"] > by[("reflow", turns)]["prompt_tokens"]
 
 
+def test_strategy_tokenizes_what_the_backends_send_with_a_native_tools_template():
+    """With a template that takes tools, the strategy tool's prompts carry the tool schemas, exactly
+    as the hf and vllm backends render them (the same PromptRenderer)."""
+    from transformers import AutoTokenizer
+
+    from harness import models
+    from harness.context.strategy import prompt_tokenizer, prompts_by_turn
+    from harness.render import PromptRenderer
+    from tests.test_attention import QWEN3_LIKE
+
+    model_cfg = make_cfg().model
+    tok = AutoTokenizer.from_pretrained(models.resolve(model_cfg)[0])
+    tok.chat_template = QWEN3_LIKE
+    render = PromptRenderer(tok, model_cfg)
+    assert render.native_tools
+    prompt = prompts_by_turn(EP, "replace", ConditionConfig(kind="status"))[-1]
+    ids = prompt_tokenizer(tok, model_cfg)(prompt, EP.tools)
+    text = tok.decode(ids)
+    assert "<tools>" in text and json.dumps(EP.tools[0]["function"]["description"])[1:-1] in text
+    assert ids == tok(render(prompt, EP.tools), add_special_tokens=False)["input_ids"]
+
+
 def test_model_written_bar_two_stage_run(tmp_path):
     from harness.plan import make_plan
     from tests.conftest import run_cli
