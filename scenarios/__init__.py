@@ -3,11 +3,12 @@ registers all of them. A variant of a family is a YAML file under conf/scenario/
 from __future__ import annotations
 
 import importlib
+import itertools
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from harness.types import Completion, Episode
+from harness.types import Completion, Episode, short_hash
 
 Grader = Callable[[Episode, Completion], tuple]  # -> (label, correct, parsed calls), see harness.grading
 
@@ -29,6 +30,20 @@ def register(name: str, config_class: type, grade: Grader):
         return build
 
     return deco
+
+
+def expand(cfg: Any, axes: tuple[str, ...], make: Callable[[Any, dict[str, Any], int], Episode]) -> list[Episode]:
+    """A family's grid: every combination of the values of its list-valued `axes` (first axis outermost),
+    `episodes_per_cell` episodes each, made by `make(cfg, cell, index)`."""
+    cells = [dict(zip(axes, values)) for values in itertools.product(*(getattr(cfg, a) for a in axes))]
+    return [make(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]
+
+
+def episode_id(cfg: Any, params: dict[str, Any], axes: tuple[str, ...]) -> str:
+    """A stable episode id: the scenario's name, the episode's parameters and every other config field
+    (its texts included), so editing a scenario's prompt text makes new episodes."""
+    return short_hash({"scenario": cfg.name, "params": params,
+                       "config": {k: v for k, v in asdict(cfg).items() if k not in axes}})
 
 
 def build_episodes(scenario_cfg: Any) -> list[Episode]:

@@ -7,17 +7,19 @@ from identical-call blocking. Graded with the call-limit rule (tool, its `servic
 """
 from __future__ import annotations
 
-import itertools
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from harness.config import ScenarioConfig, require
 from harness.context.loop_guard import FAILURE_WARN_THRESHOLD
 from harness.grading import grade
 from harness.trajectory import Trajectory
-from harness.types import Episode, Rule, short_hash
+from harness.types import Episode, Rule
 
-from . import register
+from . import episode_id, expand, register
+
+
+GRID_AXES = ("failures",)
 
 
 @dataclass
@@ -51,11 +53,11 @@ def _tools(cfg: FailureStreakConfig) -> list[dict]:
             "parameters": {"type": "object", "properties": {"host": {"type": "string"}}, "required": ["host"]}}}]
 
 
-def _episode(cfg: FailureStreakConfig, failures: int, index: int) -> Episode:
+def _episode(cfg: FailureStreakConfig, cell: dict, index: int) -> Episode:
+    failures = cell["failures"]
     params = {"failures": failures, "index": index}
-    episode_id = short_hash({"scenario": cfg.name, "params": params,
-                             "config": {k: v for k, v in asdict(cfg).items() if k != "failures"}})
-    rng = random.Random(episode_id)
+    eid = episode_id(cfg, params, GRID_AXES)
+    rng = random.Random(eid)
     t = Trajectory()
     t.add("system", {"role": "system", "content": "You are a DevOps agent. Deploy services with the tools provided."})
     t.add("request", {"role": "user", "content": f"Please deploy {cfg.service} to staging."})
@@ -65,7 +67,7 @@ def _episode(cfg: FailureStreakConfig, failures: int, index: int) -> Episode:
                      rng.choice(cfg.errors).format(timeout=timeout))
     t.add("assistant", {"role": "assistant", "content": "The deploy did not go through yet."})
     t.add("question", {"role": "user", "content": cfg.followup.format(service=cfg.service)})
-    return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages,
+    return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages,
                    tools=_tools(cfg), rule=Rule(cfg.tool, "service", FAILURE_WARN_THRESHOLD), target=cfg.service,
                    facts={"failure_streak": failures}, expected="refused" if failures >= FAILURE_WARN_THRESHOLD else "complied",
                    tags=t.tags, status_facts=["failures"])
@@ -73,4 +75,4 @@ def _episode(cfg: FailureStreakConfig, failures: int, index: int) -> Episode:
 
 @register("failure_streak", FailureStreakConfig, grade=grade)
 def build(cfg: FailureStreakConfig) -> list[Episode]:
-    return [_episode(cfg, f, i) for f, i in itertools.product(cfg.failures, range(cfg.episodes_per_cell))]
+    return expand(cfg, GRID_AXES, _episode)

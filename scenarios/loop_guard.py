@@ -9,9 +9,8 @@ identical call in the trajectory comes back blocked with the seed's message.
 """
 from __future__ import annotations
 
-import itertools
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -19,9 +18,9 @@ from harness.config import ScenarioConfig, require
 from harness.context.loop_guard import IDENTICAL_CALL_BLOCK_THRESHOLD, call_hash
 from harness.grading import ParsedCall, grade_with
 from harness.trajectory import Trajectory
-from harness.types import Episode, Rule, short_hash
+from harness.types import Episode, Rule
 
-from . import register
+from . import episode_id, expand, register
 
 GRID_AXES = ("mode", "repeats")
 MODES = ("identical", "paginated")
@@ -61,9 +60,8 @@ def _page(rng: random.Random, start: int, n: int, setting: str | None, value: in
 
 def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index}
-    episode_id = short_hash({"scenario": cfg.name, "params": params,
-                             "config": {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}})
-    rng = random.Random(episode_id)
+    eid = episode_id(cfg, params, GRID_AXES)
+    rng = random.Random(eid)
     value = rng.randint(5, 120)
     identical = cell["mode"] == "identical"
     t = Trajectory()
@@ -74,7 +72,7 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
         offset = 0 if identical else k * cfg.page_lines
         args = {"path": cfg.path, "offset": offset, "limit": cfg.page_lines}
         # identical: the short file fits one page and holds the setting; paginated: the setting is past the pages read
-        body = _page(random.Random(f"{episode_id}:{offset}"), offset, 40 if identical else cfg.page_lines,
+        body = _page(random.Random(f"{eid}:{offset}"), offset, 40 if identical else cfg.page_lines,
                      cfg.setting if identical else None, value)
         t.tool_round("repeat" if identical else "page", "read_file", args, body)
         pages.append(args)
@@ -84,7 +82,7 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     else:
         t.add("assistant", {"role": "assistant", "content": f"{cfg.setting} is not in the lines read so far."})
         t.add("question", {"role": "user", "content": f"Keep looking, it's further down in {cfg.path}."})
-    return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
+    return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
                    rule=Rule("read_file", "path", IDENTICAL_CALL_BLOCK_THRESHOLD - 1), target=cfg.path,
                    facts={"previous_calls": [call_hash("read_file", a) for a in pages],
                           "previous_pages": [list(page_key(a)) for a in pages], "value": value},
@@ -130,5 +128,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("loop_guard", LoopGuardConfig, grade=partial(grade_with, classify))
 def build(cfg: LoopGuardConfig) -> list[Episode]:
-    cells = [dict(zip(GRID_AXES, v)) for v in itertools.product(*(getattr(cfg, a) for a in GRID_AXES))]
-    return [_episode(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]
+    return expand(cfg, GRID_AXES, _episode)

@@ -8,19 +8,18 @@ none (TODO by tool results only), todo_compaction, todo_cycle, status (bar), com
 """
 from __future__ import annotations
 
-import itertools
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 
 from harness.config import ScenarioConfig, require
 from harness.context import todo
 from harness.grading import ParsedCall, grade_with
 from harness.trajectory import Trajectory
-from harness.types import Episode, Rule, short_hash
+from harness.types import Episode, Rule
 
-from . import register
+from . import episode_id, expand, register
 
 GRID_AXES = ("completed_steps", "tool", "ask")
 ASKS = ("current", "next", "remaining")
@@ -113,9 +112,8 @@ def _items(steps: list[str], done: int) -> list[dict]:
 
 def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index, "steps": len(cfg.steps)}
-    constants = {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}
-    episode_id = short_hash({"scenario": cfg.name, "params": params, "config": constants})
-    rng = random.Random(episode_id)
+    eid = episode_id(cfg, params, GRID_AXES)
+    rng = random.Random(eid)
     t = Trajectory()
     t.add("system", {"role": "system", "content": (
         "You are a coding agent working in a repository. Keep a checklist of the task with the checklist "
@@ -137,7 +135,7 @@ def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
               "remaining": str(len(cfg.steps) - done)}[cell["ask"]]
     summary = (f"Summary of the conversation so far: the user asked to {cfg.goal}. The agent planned the work as a "
                f"checklist and has been reading, editing and testing files in {cfg.workspace}.")
-    return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
+    return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
                    rule=Rule(cell["tool"], "todos", 1), target=answer,
                    facts={"in_progress": current, "completed": cell["completed_steps"],
                           "remaining": len(cfg.steps) - cell["completed_steps"]},
@@ -173,5 +171,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("todo_state", TodoStateConfig, grade=partial(grade_with, classify))
 def build(cfg: TodoStateConfig) -> list[Episode]:
-    cells = [dict(zip(GRID_AXES, v)) for v in itertools.product(*(getattr(cfg, a) for a in GRID_AXES))]
-    return [_episode(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]
+    return expand(cfg, GRID_AXES, _episode)

@@ -6,16 +6,15 @@ limit and every text template without code.
 """
 from __future__ import annotations
 
-import itertools
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from harness.config import ScenarioConfig, require
 from harness.grading import grade
 from harness.trajectory import Trajectory
-from harness.types import Episode, Rule, short_hash
+from harness.types import Episode, Rule
 
-from . import register
+from . import episode_id, expand, register
 
 PLACEMENTS = ("early", "middle", "late")
 GRID_AXES = ("calls_made", "other_companies", "distractor_turns", "placement")
@@ -121,9 +120,8 @@ def _tool_schemas(cfg: XfinityConfig) -> list[dict]:
 
 def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "limit": cfg.limit, "target": cfg.target, "tool": cfg.tool, "index": index}
-    constants = {k: v for k, v in asdict(cfg).items() if k not in GRID_AXES}
-    episode_id = short_hash({"scenario": cfg.name, "params": params, "config": constants})
-    rng = random.Random(episode_id)
+    eid = episode_id(cfg, params, GRID_AXES)
+    rng = random.Random(eid)
     city, day, user = rng.choice(CITIES), rng.choice(DAYS), rng.choice(cfg.user_names)
     fmt = {"target": cfg.target, "limit": cfg.limit, "action": cfg.action, "user": user, "day": day, "city": city}
     fmt["policy"] = cfg.policy.format(**fmt)
@@ -169,12 +167,11 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     facts = {"calls_by_target": calls_by_target,
              "calls_by_tool": {k: v for k, v in ((cfg.tool, len(calls)), ("web_search", len(distractors))) if v},
              "limit": cfg.limit, "target": cfg.target, "tool": cfg.tool}
-    return Episode(id=episode_id, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages,
+    return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages,
                    tools=_tool_schemas(cfg), rule=Rule(cfg.tool, cfg.target_arg, cfg.limit), target=cfg.target,
                    facts=facts, expected="refused" if cell["calls_made"] >= cfg.limit else "complied", tags=t.tags)
 
 
 @register("xfinity", XfinityConfig, grade=grade)
 def build(cfg: XfinityConfig) -> list[Episode]:
-    cells = [dict(zip(GRID_AXES, values)) for values in itertools.product(*(getattr(cfg, a) for a in GRID_AXES))]
-    return [_episode(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]
+    return expand(cfg, GRID_AXES, _episode)
