@@ -26,21 +26,21 @@ class Decoded(NamedTuple):
 
 
 class PrefixDecoder:
-    """Decodes token-id prompts with a causal LM; `share_prefix=False` is the naive path (each prompt
-    prefilled on its own) that the benchmark and the identity test compare against."""
+    """Decodes token-id prompts with a causal LM."""
 
-    def __init__(self, model: Any, eos_ids: set[int], device: str, batch_size: int, share_prefix: bool = True):
+    def __init__(self, model: Any, eos_ids: set[int], device: str):
         self.model, self.eos_ids, self.device = model, eos_ids, device
-        self.batch_size, self.share_prefix = batch_size, share_prefix
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int]) -> list[Decoded]:
-        """Decode every prompt, in batches of cfg.batch_size, sharing prefix KV across the whole call.
-        Without share_prefix each prompt is its own tree (the naive path), batched by length."""
+    def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
+               share_prefix: bool) -> list[Decoded]:
+        """Decode every prompt, in batches of `batch_size`, sharing prefix KV across the whole call.
+        Without `share_prefix` each prompt is its own tree (the naive path the benchmark and the
+        identity test compare against), batched by length."""
         # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
-        copy = gen.greedy and self.share_prefix
-        if self.share_prefix:
+        copy = gen.greedy and share_prefix
+        if share_prefix:
             order = [(i, node) for i, node in leaves(prefix_tree(prompts)) if not copy or i == node.ends[0]]
         else:
             order = [(i, PrefixNode(0, list(prompts[i]), [i], [i]))
@@ -52,8 +52,8 @@ class PrefixDecoder:
                 remaining[id(n)] = remaining.get(id(n), 0) + 1
         store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
         results: list[Decoded | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
             t0 = time.perf_counter()
             cached = []
             for _, node in chunk:

@@ -53,13 +53,16 @@ def test_tiny_grid_end_to_end(tmp_path: Path):
     assert len((run_dir / "records.jsonl").read_text().splitlines()) == 4
 
 
+OPTS = {"batch_size": 8, "share_prefix": True}
+
+
 def test_batched_greedy_matches_transformers_generate(backend):
     import torch
 
     requests = [s.request for s in make_plan(make_cfg(*TINY))]
     prompts = [backend.tokenizer(backend.render(r), add_special_tokens=False)["input_ids"] for r in requests[:3]]
     prompts[1] = prompts[1][:200]  # different lengths exercise left padding
-    ours = backend.decoder.decode(prompts, requests[0].generation, [0, 0, 0])
+    ours = backend.decoder.decode(prompts, requests[0].generation, [0, 0, 0], **OPTS)
     for p, tokens in zip(prompts, (d.tokens for d in ours)):
         with torch.inference_mode():
             ref = backend.model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
@@ -71,10 +74,10 @@ def test_sampling_depends_on_the_seed_not_the_batch(backend):
     requests = [s.request for s in make_plan(make_cfg(*TINY))]
     gen = replace(requests[0].generation, temperature=1.0, top_p=0.95, top_k=50)
     prompts = [backend.tokenizer(backend.render(r), add_special_tokens=False)["input_ids"] for r in requests[:2]]
-    together = backend.decoder.decode(prompts, gen, [11, 12])
-    alone = backend.decoder.decode(prompts[:1], gen, [11])
+    together = backend.decoder.decode(prompts, gen, [11, 12], **OPTS)
+    alone = backend.decoder.decode(prompts[:1], gen, [11], **OPTS)
     assert together[0].tokens == alone[0].tokens
-    assert backend.decoder.decode(prompts[:1], gen, [11])[0].tokens == alone[0].tokens
+    assert backend.decoder.decode(prompts[:1], gen, [11], **OPTS)[0].tokens == alone[0].tokens
     # the seed is what makes a sample: other seeds draw other continuations from the same prompt
-    others = {tuple(d.tokens) for d in backend.decoder.decode(prompts[:1] * 4, gen, [21, 22, 23, 24])}
+    others = {tuple(d.tokens) for d in backend.decoder.decode(prompts[:1] * 4, gen, [21, 22, 23, 24], **OPTS)}
     assert len(others | {tuple(alone[0].tokens)}) > 1

@@ -61,7 +61,7 @@ class HFBackend:
             eos.add(self.tokenizer.eos_token_id)
         self.eos_ids = eos
         self.think_end_id = self.tokenizer.get_vocab().get("</think>")
-        self.decoder = PrefixDecoder(self.model, eos, self.device, cfg.batch_size, cfg.share_prefix)
+        self.decoder = PrefixDecoder(self.model, eos, self.device)
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,
@@ -83,7 +83,8 @@ class HFBackend:
             groups.setdefault(_gen_key(req.generation), []).append((i, text, ids))
         for items in groups.values():
             decoded = self.decoder.decode([ids for _, _, ids in items], requests[items[0][0]].generation,
-                                          [requests[i].seed for i, _, _ in items])
+                                          [requests[i].seed for i, _, _ in items], batch_size=self.cfg.batch_size,
+                                          share_prefix=self.cfg.share_prefix)
             for (i, text, ids), d in zip(items, decoded):
                 out[i] = self._completion(text, ids, d)
         return [c for c in out if c is not None]
