@@ -1,7 +1,8 @@
 """Sweeps through a real SLURM scheduler: a one-node cluster on loopback (tests/slurm_cluster.py), the
 `slurm_cpu` launcher (hydra-submitit-launcher), a two-task array (two scenario variants, each into its
 own run directory), then preemption: `scontrol requeue` of one task mid-run and `scancel` of the other,
-and a rerun that completes only what is missing. Skips, with the reason, where SLURM cannot start."""
+and a rerun that completes only what is missing, itself interrupted by the time-limit signal (SIGUSR2).
+Skips, with the reason, where SLURM cannot start."""
 from __future__ import annotations
 
 import json
@@ -63,6 +64,7 @@ def test_two_task_array_on_slurm_with_the_embedded_model(slurm, tmp_path):
         assert len(rows) == 2 and {r["scenario"] for r in rows} == {scenario}
         assert {r["condition"] for r in rows} == {"none", "status_tail"}
         assert all(r["error"] is None and not r["scripted"] and r["completion_tokens"] for r in rows)
+        assert f"scenario={scenario}" in (run_dir / ".hydra" / "overrides.yaml").read_text()  # its own config
         session = json.loads((run_dir / "manifest.json").read_text())["sessions"][-1]
         assert session["new"] == 2 and "finished_at" in session
     for _ in range(100):  # a task's result is written just before its job step ends
@@ -99,15 +101,21 @@ def task_ids(slurm: LocalSlurm) -> dict[int, str]:
     return {int(k): a for k, a in (line.split() for line in out.splitlines()) if k.isdigit()}
 
 
+def requeue_now(slurm: LocalSlurm, task: str, proc: subprocess.Popen) -> None:
+    """A requeued job may start again only 120 s later (SLURM's fixed delay): as an admin would, lift it."""
+    wait_for(lambda: "PENDING" in slurm.cmd("squeue", "-h", "-j", task, "-o", "%T"), 60, f"{task} requeued", proc)
+    slurm.cmd("scontrol", "update", f"JobId={task}", "StartTime=now")
+
+
 def test_requeue_resumes_and_a_cancelled_task_is_completed_by_a_rerun(slurm, tmp_path, capsys):
     grid = ["scenario.calls_made=[1,2,3,4,5]", "scenario.distractor_turns=[0]", "scenario.placement=[early,late]",
-            "scenario.episodes_per_cell=1", "condition=[none,status_tail]", "run.batch_size=1"]
-    with FaultServer(fates={"ok": 1.0}, delay_s=0.4) as server:
+            "scenario.episodes_per_cell=2", "condition=[none,status_tail]", "run.batch_size=1"]
+    with FaultServer(fates={"ok": 1.0}, delay_s=0.3) as server:
         api = ["model=qwen3-0.6b", "backend=openai", f"backend.base_url={server.base_url}", "backend.api_key_env=null",
                "backend.concurrency=1", f"run.root={tmp_path}", *grid]
         sweep = tmp_path / "status_ablation"
         runs = {s: sweep / f"{s}-qwen3-0.6b-openai" for s in SCENARIOS}
-        planned = 20  # 5 calls_made x 2 placements x 2 conditions
+        planned = 40  # 5 calls_made x 2 placements x 2 episodes x 2 conditions
         log = tmp_path / "driver.log"
         with open(log, "w") as out:
             driver = subprocess.Popen(sweep_cmd(*api), cwd=REPO, env=slurm.env, stdout=out, stderr=subprocess.STDOUT)
@@ -119,10 +127,7 @@ def test_requeue_resumes_and_a_cancelled_task_is_completed_by_a_rerun(slurm, tmp
             before = len(records(runs["xfinity"]))
             slurm.cmd("scontrol", "requeue", tasks[0])  # preemption of task 0: killed, back in the queue
             slurm.cmd("scancel", tasks[1])  # task 1 cancelled for good
-            # a requeued job may start again only 120 s later (SLURM's fixed delay): this admin lifts it
-            wait_for(lambda: "PENDING" in slurm.cmd("squeue", "-h", "-j", tasks[0], "-o", "%T"), 60,
-                     "the requeued task to be pending", driver)
-            slurm.cmd("scontrol", "update", f"JobId={tasks[0]}", "StartTime=now")
+            requeue_now(slurm, tasks[0], driver)
             driver.wait(timeout=240)
         finally:
             if driver.poll() is None:
@@ -142,16 +147,32 @@ def test_requeue_resumes_and_a_cancelled_task_is_completed_by_a_rerun(slurm, tmp
         assert 2 <= cancelled < planned
         finished = (runs["xfinity"] / "records.jsonl").read_bytes()
 
-        rerun = subprocess.run(sweep_cmd(*api), cwd=REPO, env=slurm.env, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+        # the same command again; its task 1 gets SIGUSR2 mid-run, what SLURM sends `signal_delay_s` before
+        # the time limit (and at preemption with a grace time): submitit checkpoints and requeues it itself
+        with open(log, "w") as out:
+            rerun = subprocess.Popen(sweep_cmd(*api), cwd=REPO, env=slurm.env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: len(records(runs["verizon_email"])) >= cancelled + 2 and 1 in task_ids(slurm), 120,
+                     "the rerun's task 1 mid-run", rerun)
+            task = task_ids(slurm)[1]
+            slurm.cmd("scancel", "--signal=USR2", task)
+            requeue_now(slurm, task, rerun)
+            rerun.wait(timeout=240)
+        finally:
+            if rerun.poll() is None:
+                rerun.kill()
+    assert rerun.returncode == 0, log.read_text()[-3000:]
     assert (runs["xfinity"] / "records.jsonl").read_bytes() == finished  # the finished task is left alone
     assert json.loads((runs["xfinity"] / "manifest.json").read_text())["sessions"][-1]["new"] == 0
     ids = [r["sample_id"] for r in records(runs["verizon_email"])]
     assert len(ids) == len(set(ids)) == planned
-    last = json.loads((runs["verizon_email"] / "manifest.json").read_text())["sessions"][-1]
-    assert last["new"] == planned - cancelled
+    cancelled_run, signalled, resumed = json.loads((runs["verizon_email"] / "manifest.json").read_text())["sessions"]
+    assert signalled["new"] == planned - cancelled and "finished_at" not in signalled
+    assert cancelled < planned - resumed["new"] < planned and "finished_at" in resumed
+    task_log = next((sweep / ".submitit").glob(f"{task}/*_log.out")).read_text()
+    assert "this job is preempted" in task_log and f"Requeued job {task}" in task_log, task_log[-3000:]
     with capsys.disabled():  # in CI's log without -s
         print(f"\nslurm: cluster up in {slurm.startup_s:.1f}s; requeue: {before} records at `scontrol requeue`, "
               f"{resumed_from} when the requeued job restarted, {len(requeued)} at the end ({len(set(requeued_ids))} "
-              f"distinct, {planned} planned); scancel: {cancelled} records when cancelled, {len(ids)} after the "
-              f"rerun ({last['new']} new)")
+              f"distinct, {planned} planned); scancel: {cancelled} records when cancelled; rerun with SIGUSR2: "
+              f"{planned - resumed['new']} when submitit's requeue restarted it, {len(ids)} at the end")
