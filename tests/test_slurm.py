@@ -176,3 +176,10 @@ def test_requeue_resumes_and_a_cancelled_task_is_completed_by_a_rerun(slurm, tmp
               f"{resumed_from} when the requeued job restarted, {len(requeued)} at the end ({len(set(requeued_ids))} "
               f"distinct, {planned} planned); scancel: {cancelled} records when cancelled; rerun with SIGUSR2: "
               f"{planned - resumed['new']} when submitit's requeue restarted it, {len(ids)} at the end")
+
+
+def test_a_missing_slurm_install_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no SLURM or munge binaries on it
+    with pytest.raises(SlurmUnavailable, match=r"not installed: munged, .*sbatch.*apt-get install -y slurm-wlm munge"):
+        LocalSlurm(tmp_path / "cluster").start()
+    assert not (tmp_path / "cluster").exists()  # nothing started, nothing written
