@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "scancel")
+REQUIRED = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "scancel")
 PARTITION = "debug"
 
 SACCT = """#!/bin/sh
@@ -79,7 +79,7 @@ class LocalSlurm:
         return proc.stdout
 
     def start(self, timeout: float = 90) -> "LocalSlurm":
-        missing = [d for d in DAEMONS if shutil.which(d) is None]
+        missing = [d for d in REQUIRED if shutil.which(d) is None]
         if missing:
             raise SlurmUnavailable(f"not installed: {', '.join(missing)} (apt-get install -y slurm-wlm munge)")
         if os.geteuid() != 0:
@@ -116,12 +116,12 @@ class LocalSlurm:
             node_line(self.host),
             f"PartitionName={PARTITION} Nodes={self.host} Default=YES MaxTime=INFINITE State=UP",
             ""]))
+        # --force: munged wants its socket reachable by every user; this cluster serves only ours (0700)
         self._spawn("munged", ["munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
-                               f"--pid-file={munge / 'munged.pid'}", f"--log-file={log / 'munged.log'}",
-                               f"--seed-file={munge / 'munged.seed'}"])
+                               f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'munged.seed'}"])
         self._wait(lambda: sock.exists(), timeout, "munged socket")
         self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf)])
-        self._wait(lambda: self.cmd("scontrol", "ping", check=False).find("UP") >= 0, timeout, "slurmctld ping")
+        self._wait(lambda: "is UP" in self.cmd("scontrol", "ping", check=False), timeout, "slurmctld ping")
         self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", self.host])
         self._wait(lambda: self.cmd("sinfo", "-h", "-n", self.host, "-o", "%t", check=False).strip() == "idle",
                    timeout, "node idle")

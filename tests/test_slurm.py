@@ -6,7 +6,6 @@ Skips, with the reason, where SLURM cannot start."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
