@@ -19,10 +19,12 @@ REJECTION = "System message must be at the beginning."
 
 
 class FaultServer:
-    def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0):
+    def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0,
+                 delay_s: float = 0.0):
         self.rng = random.Random(seed)
         self.fates = fates or FATES
         self.hang_s = hang_s
+        self.delay_s = delay_s  # before every normal answer: a slow server, so a job can be stopped mid-run
         self.served: Counter[str] = Counter()
         self.auth_headers: set[str] = set()
         self.lock = threading.Lock()
@@ -39,6 +41,7 @@ class FaultServer:
                     server.served[fate] += 1
                     server.auth_headers.add(self.headers.get("authorization", ""))
                 if fate == "ok":
+                    time.sleep(server.delay_s)
                     self._json(200, _answer(body))
                 elif fate in ("429", "500"):
                     self._json(int(fate), {"error": {"message": f"injected {fate}", "type": "fault"}},
