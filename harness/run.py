@@ -20,9 +20,10 @@ from harness.backends import Backend
 from harness.config import Config, ConfigError, register, to_typed
 from harness.context.writer import WriterBackends, fail_unwritten, write_bars
 from harness.cost import cost_usd
+from harness.fingerprint import admit
 from harness.plan import Sample, make_plan, model_identity, shard_dir
 from harness.store import RunDirError, RunStore, prompt_hash
-from harness.types import Completion, Record
+from harness.types import Completion, Record, short_hash
 
 register()
 
@@ -52,16 +53,20 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
     from tqdm import tqdm
 
     plan = make_plan(cfg)
-    run_dir = shard_dir(run_dir, cfg.run.shard_spec)
+    job_dir = shard_dir(run_dir, cfg.run.shard_spec)
+    admission = admit(cfg, run_dir, job_dir, manifest.now())  # before anything is written
+    save_hydra_record(job_dir, resolved)
+    run_dir = job_dir
     with RunStore(run_dir) as store:
         done = store.done_ids(cfg.run.retry_errors)
         pending = [s for s in plan if s.sample_id not in done]
         print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(pending)} already done, "
               f"{len(pending)} new -> {run_dir}", flush=True)
         sessions = store.read_manifest().get("sessions", [])
-        session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending)}
+        session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending),
+                   "fingerprint": short_hash(admission.current)}
         model_info = {**model_identity(cfg), "backend": cfg.backend.name}
-        store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
+        store.write_manifest(manifest.build(resolved, model_info, sessions + [session], admission.record()))
         if pending:
             from harness.backends import make_backend
 
@@ -93,8 +98,19 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                     store.append(records, prompts)
                     bar.update(len(batch))
         session["finished_at"] = manifest.now()
-        store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
+        store.write_manifest(manifest.build(resolved, model_info, sessions + [session], admission.record()))
     return {"planned": len(plan), "new": len(pending)}
+
+
+def save_hydra_record(job_dir: Path, resolved: dict[str, Any]) -> None:
+    """.hydra/ of the job: written here, after the fingerprint check, because Hydra's own dump (off in
+    conf/config.yaml) would overwrite the record of a run this job is then refused into."""
+    if not HydraConfig.initialized():
+        return
+    out = job_dir / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create(resolved), out / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), out / "overrides.yaml")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
