@@ -20,11 +20,11 @@ from harness.store import read_jsonl
 log = logging.getLogger(__name__)
 
 # bump when the columns or dtypes below change, so old caches are rebuilt
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 CACHE_NAME = "records.parquet"
 
 # outcome labels in the order figures and tables show them
-LABELS = ["violated", "complied", "refused", "other", "error"]
+LABELS = ["violated", "complied", "refused", "other", "truncated", "error"]
 
 # column -> dtype; a record lacking an optional field (e.g. cost_usd) gets a missing value.
 # Numbers that may be absent are float (NaN = not reported by the backend).
@@ -35,7 +35,7 @@ COLUMNS: dict[str, str] = {
     "completion_tokens": "float64", "thinking_tokens": "float64", "answer_tokens": "float64",
     "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
     "expected": "str", "latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
-    "scripted": "bool", "created_at": "str", "schema_version": "int64",
+    "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
 }
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
 

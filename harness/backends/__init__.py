@@ -28,7 +28,7 @@ def make_backend(cfg: Config) -> Backend:
     if name == "scripted":
         from .scripted import ScriptedBackend
 
-        return ScriptedBackend(cfg.backend)
+        return ScriptedBackend(cfg.backend, cfg.model)
     if name == "openai":
         from .openai_api import OpenAIBackend
 
