@@ -135,13 +135,21 @@ def load_records(run_dirs: list[Path | str], *, cache: bool = True) -> pd.DataFr
     frames = []
     for d in dirs:
         parts = [load_run(p, cache=cache) for p in run_parts(d)]  # the run and its shards
-        # a sample run again (run.retry_errors, or in another shard) counts once: its newest record
-        df = pd.concat(parts, ignore_index=True).drop_duplicates("sample_id", keep="last")
+        df = newest(pd.concat(parts, ignore_index=True))
         if not df.empty:
             frames.append(df.assign(run=str(d), run_label=labels[str(d)]))
     if not frames:
         return pd.DataFrame(columns=[*COLUMNS, "run", "run_label"])
     return pd.concat(frames, ignore_index=True)
+
+
+def newest(df: pd.DataFrame) -> pd.DataFrame:
+    """One record per sample: the newest by created_at (a sample run again with run.retry_errors, in the
+    run or in any shard), a tie to the later row; rows keep their order."""
+    made = pd.to_datetime(df["created_at"], utc=True, format="ISO8601", errors="coerce")
+    made = made.fillna(pd.Timestamp.min.tz_localize("UTC"))
+    keep = made.sort_values(kind="stable").index.to_series().groupby(df["sample_id"]).last()
+    return df.loc[sorted(keep)].reset_index(drop=True)
 
 
 def find_runs(root: Path | str) -> list[Path]:

@@ -14,8 +14,8 @@ PACKAGES = ("statusbench", "torch", "transformers", "hydra-core", "omegaconf", "
 REPO = Path(__file__).resolve().parent.parent
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def now(timespec: str = "seconds") -> str:
+    return datetime.now(timezone.utc).isoformat(timespec=timespec)
 
 
 def package_versions() -> dict[str, str]:

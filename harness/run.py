@@ -21,7 +21,7 @@ from harness.config import Config, ConfigError, register, to_typed
 from harness.context.writer import WriterBackends, fail_unwritten, write_bars
 from harness.cost import cost_usd
 from harness.fingerprint import admit
-from harness.plan import Sample, make_plan, model_identity, shard_dir
+from harness.plan import SHARDS_DIR, Sample, make_plan, model_identity, shard_dir
 from harness.store import RunDirError, RunStore, prompt_hash
 from harness.types import Completion, Record, short_hash
 
@@ -43,7 +43,7 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
-        scripted=completion.scripted, created_at=manifest.now(), cost_usd=cost_usd(cfg.model, completion),
+        scripted=completion.scripted, created_at=manifest.now("microseconds"),  # newest record wins: order by it cost_usd=cost_usd(cfg.model, completion),
         ttft_s=completion.ttft_s, writer=writer, token_source=completion.token_source)
 
 
@@ -53,15 +53,17 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
     from tqdm import tqdm
 
     plan = make_plan(cfg)
+    run_dir = Path(run_dir)
     job_dir = shard_dir(run_dir, cfg.run.shard_spec)
     admission = admit(cfg, run_dir, job_dir, manifest.now())  # before anything is written
     save_hydra_record(job_dir, resolved)
-    run_dir = job_dir
-    with RunStore(run_dir) as store:
-        done = store.done_ids(cfg.run.retry_errors)
+    with RunStore(job_dir) as store:
+        # a sample done anywhere in the run (its parent or any shard) is done for every job of it
+        elsewhere = [d for d in (run_dir, *sorted(run_dir.glob(f"{SHARDS_DIR}/*"))) if d != job_dir]
+        done = store.done_ids(cfg.run.retry_errors, elsewhere)
         pending = [s for s in plan if s.sample_id not in done]
         print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(pending)} already done, "
-              f"{len(pending)} new -> {run_dir}", flush=True)
+              f"{len(pending)} new -> {job_dir}", flush=True)
         sessions = store.read_manifest().get("sessions", [])
         session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending),
                    "fingerprint": short_hash(admission.current)}
@@ -77,7 +79,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
             if cfg.probe.attention:
                 from harness.attention.replay import RunProbe
 
-                probe = RunProbe(cfg, backend, run_dir)
+                probe = RunProbe(cfg, backend, job_dir)
                 model_info["attention_probe"] = probe.describe()
             with tqdm(total=len(pending), unit="sample", desc="generate", disable=not cfg.run.progress,
                       dynamic_ncols=True) as bar:
