@@ -199,3 +199,17 @@ def test_thinking_table_slope_per_1k_prompt_tokens():
     assert th.loc["bar", "slope_per_1k"] == pytest.approx(0.0, abs=1e-9)
     assert th.loc["none", ["median", "mean"]].tolist() == pytest.approx([6.0, 6.0])
     assert th.loc["bar", ["median_low", "median_high"]].tolist() == [5.0, 5.0]
+
+
+def test_outcomes_table_shows_counts_and_shares():
+    from analysis.report import outcomes_table
+
+    labels = ["refused"] * 6 + ["violated"] * 3 + ["truncated"] * 2 + ["error"]
+    rows = [("r", "m", "none", f"e{i}", 0, "refused", lab, lab == "refused", 0, 100, 10, 1.0, None, None, False)
+            for i, lab in enumerate(labels)]
+    rows += [("r", "m", "status_tail", "e0", 0, "refused", "refused", True, 0, 100, 10, 1.0, None, None, False)]
+    t = outcomes_table(_records(rows))
+    assert t.columns.tolist() == ["condition", "violated", "complied", "refused", "other", "truncated", "error", "n"]
+    assert t.iloc[0].tolist() == ["none", "3 (0.25)", "0 (0.00)", "6 (0.50)", "0 (0.00)", "2 (0.17)", "1 (0.08)", 12]
+    assert t.iloc[1].tolist() == ["status_tail", "0 (0.00)", "0 (0.00)", "1 (1.00)", "0 (0.00)", "0 (0.00)", "0 (0.00)", 1]
+    assert "| 6 (0.50)" in t.to_markdown(index=False)
