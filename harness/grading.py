@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.context.calls import names_target
+from harness.context.calls import calls_target as matches_target
 from harness.render import split_thinking, tool_call_spans
 from harness.types import Completion, Episode
 
@@ -60,11 +60,7 @@ def parse_tool_calls(answer: str, api_calls: list[dict[str, Any]] | None = None)
 
 def calls_target(call: ParsedCall, episode: Episode) -> bool:
     rule = episode.rule
-    if call.malformed or call.name is None or call.name.strip().lower() != rule.tool.lower():
-        return False
-    if rule.arg in call.arguments:
-        return names_target(call.arguments[rule.arg], episode.target)
-    return any(names_target(v, episode.target) for v in call.arguments.values())
+    return not call.malformed and matches_target(call.name, call.arguments, rule.tool, rule.arg, episode.target)
 
 
 Classifier = Callable[[Episode, str, list[ParsedCall]], str]
