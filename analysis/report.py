@@ -154,7 +154,8 @@ def sections(df: pd.DataFrame) -> list[Section]:
         "Thinking tokens",
         "Per sample (errors excluded): median and mean with 95% bootstrap intervals; slope = OLS of thinking tokens "
         "on prompt tokens, in thinking tokens per 1000 prompt tokens, with its 95% t interval (the seed's claim: "
-        "thinking grows with context without the status bar and stays flat with it).",
+        "thinking grows with context without the status bar and stays flat with it)."
+        + (" **No token counts in these records**: – is unknown, not 0." if df["thinking_tokens"].isna().all() else ""),
         pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"],
                       "median [95% CI]": ci(th["median"], th["median_low"], th["median_high"], ".1f"),
                       "mean [95% CI]": ci(th["mean"], th["mean_low"], th["mean_high"], ".1f"),
@@ -165,7 +166,8 @@ def sections(df: pd.DataFrame) -> list[Section]:
     out.append(Section(
         "Cost and latency per iteration",
         "One iteration = one model call (one sample). Latency is the wall time of the backend call, shared by its batch. "
-        "Cost in US$ only where records carry `cost_usd`; tokens per correct answer = (prompt + completion tokens) / correct.",
+        "Cost in US$ only where records carry `cost_usd`; tokens per correct answer = (prompt + completion tokens) / correct, "
+        "– where a record lacks token counts (unknown, not 0).",
         pd.DataFrame({**{_head(k): cl[k] for k in _keys(df, "model", "condition")}, "n": cl["n"],
                       "correct": cl["correct"], "prompt tok": _num(cl["prompt_tokens_mean"]),
                       "completion tok": _num(cl["completion_tokens_mean"]), "latency mean s": _num(cl["latency_mean_s"]),
@@ -266,14 +268,14 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
     if df.empty:
         text = "# statusbench report\n\nNo records yet.\n"
     else:
-        empty = set()
+        empty: dict[str, str] = {}
         for name, fn in FIGURES.items():
             fig = fn(df)
-            if fig is None:  # nothing to show, e.g. every sample is an error
-                empty.add(name)
+            if fig is None or isinstance(fig, str):  # nothing to show, e.g. every sample is an error
+                empty[name] = fig or "Nothing to plot in these records."
             else:
                 save(fig, out, name)
-        parts = [replace(p, figure=None, text=f"{p.text} Nothing to plot in these records.".strip()) if p.figure in empty
+        parts = [replace(p, figure=None, text=f"{p.text} {empty[p.figure]}".strip()) if p.figure in empty
                  else p for p in sections(df)]
         parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
         text = to_markdown(df, run_dirs, parts)

@@ -158,7 +158,9 @@ def cost_latency(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "model", 
     rows = []
     for key, g in _groups(df, list(by)):
         correct = int(g["correct"].sum())
-        tokens = (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
+        # unknown counts stay unknown: a record without token counts makes the group's total unknown, not 0
+        counted = g["prompt_tokens"].notna().all() and g["completion_tokens"].notna().all()
+        tokens = (g["prompt_tokens"] + g["completion_tokens"]).sum() if counted else math.nan
         has_cost = g["cost_usd"].notna()
         rows.append({
             **key, "n": len(g), "correct": correct,
@@ -166,7 +168,7 @@ def cost_latency(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "model", 
             "latency_mean_s": g["latency_s"].mean(), "latency_median_s": g["latency_s"].median(),
             "cost_usd_mean": g.loc[has_cost, "cost_usd"].mean() if has_cost.any() else math.nan,
             "cost_usd_recorded": int(has_cost.sum()),
-            "tokens_per_correct": tokens / correct if correct else math.nan,
+            "tokens_per_correct": tokens / correct if correct else math.nan, "token_counts": bool(counted),
             "usd_per_correct": g["cost_usd"].sum() / correct if correct and has_cost.all() else math.nan,
         })
     return pd.DataFrame(rows)
