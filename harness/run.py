@@ -43,8 +43,9 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
-        scripted=completion.scripted, created_at=manifest.now("microseconds"),  # newest record wins: order by it cost_usd=cost_usd(cfg.model, completion),
-        ttft_s=completion.ttft_s, writer=writer, token_source=completion.token_source)
+        scripted=completion.scripted, cost_usd=cost_usd(cfg.model, completion), ttft_s=completion.ttft_s, writer=writer,
+        token_source=completion.token_source,
+        created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
