@@ -61,8 +61,15 @@ class Admission:
 
 
 def _manifests(run_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    paths = [run_dir / "manifest.json", *sorted(run_dir.glob(f"{SHARDS_DIR}/*/manifest.json"))]
-    return [(p, json.loads(p.read_text())) for p in paths if p.is_file()]
+    out = []
+    for path in [run_dir / "manifest.json", *sorted(run_dir.glob(f"{SHARDS_DIR}/*/manifest.json"))]:
+        if path.is_file():
+            try:
+                out.append((path, json.loads(path.read_text())))
+            except json.JSONDecodeError as exc:
+                raise RunDirError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}): cannot check which "
+                                  "experiment the run holds; use another run.name=") from None
+    return out
 
 
 def admit(cfg: Config, run_dir: Path, job_dir: Path, now: str) -> Admission:
