@@ -1,4 +1,5 @@
-"""Paper figures from records: each function takes the records DataFrame and returns a matplotlib Figure.
+"""Paper figures from records: each function takes the records DataFrame and returns a matplotlib Figure
+(or None / a sentence saying why there is nothing to plot).
 
 Figures are built on `matplotlib.figure.Figure` directly (no pyplot state), so they work the same in
 a script, a test and a notebook. `FIGURES` lists them in report order; `analysis.style.save` writes
@@ -57,16 +58,19 @@ def _grouped_bars(ax, table: pd.DataFrame, group: str, hue: str, value: str, low
 
 
 def accuracy(df: pd.DataFrame):
-    """Accuracy by condition and model with Wilson 95% intervals; n at the foot of each bar."""
+    """Balanced accuracy (the mean of limit-cell and control-cell accuracy) by condition and model,
+    with 95% intervals; n at the foot of each bar; the dashed line is what a policy that never calls,
+    or always calls, scores (0.5)."""
     df = with_series(df)
     t = tables.rates(df, ["condition", "series"])
     with paper_style():
         fig, ax = _figure(max(COLUMN_WIDTH, 1.0 + 0.7 * len(t)), 2.6)
         ax = ax[0, 0]
-        _grouped_bars(ax, t, "condition", "series", "accuracy", "acc_low", "acc_high", colors(t["series"]))
+        _grouped_bars(ax, t, "condition", "series", "balanced_accuracy", "bal_low", "bal_high", colors(t["series"]))
+        ax.axhline(0.5, color="#777777", linestyle="--", linewidth=0.8, label="never / always call")
         ax.set_ylim(0, 1.05)
-        ax.set_ylabel("accuracy (Wilson 95% CI)")
-        ax.set_title("Rule-following accuracy by condition and model")
+        ax.set_ylabel("balanced accuracy (95% CI)")
+        ax.set_title("Rule-following (balanced accuracy) by condition and model")
         ax.legend(title="model", loc="upper left", bbox_to_anchor=(1, 1))
     return fig
 
@@ -77,6 +81,8 @@ def thinking_vs_context(df: pd.DataFrame):
     df = df[df["label"] != "error"]
     if df.empty:  # nothing but errors: no token counts to plot
         return None
+    if df["prompt_tokens"].isna().all() or df[["thinking_tokens", "answer_tokens"]].isna().all().all():
+        return "No token counts in these records (e.g. scripted replays without `usage` or a tokenizer)."
     df = with_series(df)
     series = list(dict.fromkeys(df["series"]))
     palette = colors(df["condition"])
@@ -106,8 +112,10 @@ def thinking_vs_context(df: pd.DataFrame):
                                    1.25 * (cap[0] if len(cap) == 1 else 0)))
                 ax.set_title(f"{s}: {name} vs context", loc="left")
                 ax.legend(fontsize=6, loc="best")
-        if (df["thinking_tokens"].fillna(0) == 0).all():
-            fig.suptitle("no thinking tokens in these records (the model does not think)", fontsize=7, color="#555555")
+        if df["thinking_tokens"].isna().all():
+            fig.suptitle("no thinking token counts in these records", fontsize=7, color="#555555")
+        elif (df["thinking_tokens"].dropna() == 0).all():
+            fig.suptitle("0 thinking tokens in every counted record (the model does not think)", fontsize=7, color="#555555")
     return fig
 
 
@@ -128,7 +136,8 @@ def cost_per_correct(df: pd.DataFrame):
             ax.set_ylabel(name)
             ax.set_title(name, loc="left")
             if t[col].isna().any():
-                ax.text(0.01, 0.99, "n/a: no correct answer" + (", or no cost_usd in the records" if col == "usd_per_correct" else ""),
+                ax.text(0.01, 0.99, "n/a: no correct answer, or " + ("no cost_usd in the records" if col == "usd_per_correct"
+                                                                      else "no token counts in the records"),
                         transform=ax.transAxes, va="top", fontsize=6, color="#555555")
         axes[0, -1].legend(title="condition", loc="upper left", bbox_to_anchor=(1, 1))
     return fig

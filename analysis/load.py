@@ -20,11 +20,11 @@ from harness.store import read_jsonl
 log = logging.getLogger(__name__)
 
 # bump when the columns or dtypes below change, so old caches are rebuilt
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 CACHE_NAME = "records.parquet"
 
 # outcome labels in the order figures and tables show them
-LABELS = ["violated", "complied", "refused", "other", "error"]
+LABELS = ["violated", "complied", "refused", "other", "truncated", "error"]
 
 # column -> dtype; a record lacking an optional field (e.g. cost_usd) gets a missing value.
 # Numbers that may be absent are float (NaN = not reported by the backend).
@@ -35,7 +35,7 @@ COLUMNS: dict[str, str] = {
     "completion_tokens": "float64", "thinking_tokens": "float64", "answer_tokens": "float64",
     "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
     "expected": "str", "latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
-    "scripted": "bool", "created_at": "str", "schema_version": "int64",
+    "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
 }
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
 
@@ -135,13 +135,21 @@ def load_records(run_dirs: list[Path | str], *, cache: bool = True) -> pd.DataFr
     frames = []
     for d in dirs:
         parts = [load_run(p, cache=cache) for p in run_parts(d)]  # the run and its shards
-        # a sample run again (run.retry_errors, or in another shard) counts once: its newest record
-        df = pd.concat(parts, ignore_index=True).drop_duplicates("sample_id", keep="last")
+        df = newest(pd.concat(parts, ignore_index=True))
         if not df.empty:
             frames.append(df.assign(run=str(d), run_label=labels[str(d)]))
     if not frames:
         return pd.DataFrame(columns=[*COLUMNS, "run", "run_label"])
     return pd.concat(frames, ignore_index=True)
+
+
+def newest(df: pd.DataFrame) -> pd.DataFrame:
+    """One record per sample: the newest by created_at (a sample run again with run.retry_errors, in the
+    run or in any shard), a tie to the later row; rows keep their order."""
+    made = pd.to_datetime(df["created_at"], utc=True, format="ISO8601", errors="coerce")
+    made = made.fillna(pd.Timestamp.min.tz_localize("UTC"))
+    keep = made.sort_values(kind="stable").index.to_series().groupby(df["sample_id"]).last()
+    return df.loc[sorted(keep)].reset_index(drop=True)
 
 
 def runs_from_env(default_root: Path | str) -> list[Path]:

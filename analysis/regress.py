@@ -61,10 +61,30 @@ def with_pair_key(df: pd.DataFrame, pair_by: str) -> pd.DataFrame:
     return df.assign(pair_key=df[cols].astype(str).agg("|".join, axis=1))
 
 
+def check_one_config(df: pd.DataFrame, side: str) -> None:
+    """A run pooling several configurations (e.g. grown with run.extend=true, or written before runs
+    had fingerprints) has no single twin for a sample: name what is mixed or duplicated."""
+    mixed = {c: [str(v) for v in sorted(df[c].dropna().unique())] for c in ["model", "model_path", "backend",
+             *sorted(c for c in df.columns if c.startswith("generation."))] if c in df and df[c].nunique() > 1}
+    if mixed:
+        raise NotComparable(f"the {side} run mixes configurations ("
+                            + "; ".join(f"{c}: {', '.join(v)}" for c, v in mixed.items())
+                            + "); compare runs of one configuration each (one run.name per configuration)")
+    dup = df.duplicated(["condition", *KEYS])
+    if dup.any():
+        first = df[dup].iloc[0]
+        raise NotComparable(f"the {side} run holds {int(dup.sum())} samples more than once for the same condition, "
+                            f"episode and replicate (e.g. condition {first['condition']!r}, episode {first['pair_key']}, "
+                            f"replicate {first['replicate']}): several configurations pooled into one run directory"
+                            " (or, with --pair-by params, episodes that share their grid parameters)")
+
+
 def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(conditions in both runs, notes about what is not compared); raises NotComparable."""
     if base.empty or cand.empty:
         raise NotComparable(f"the {'baseline' if base.empty else 'candidate'} run has no records")
+    for side, df in (("baseline", base), ("candidate", cand)):
+        check_one_config(df, side)
     common = [c for c in dict.fromkeys(base["condition"]) if c in set(cand["condition"])]
     notes = [f"condition {c!r} is only in the {side} run; not compared"
              for side, df, other in (("baseline", base, cand), ("candidate", cand, base))
@@ -178,19 +198,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base, cand = (with_pair_key(load_records([d]), args.pair_by) for d in (args.baseline, args.candidate))
         conditions, notes = check_comparable(base, cand)
-    except (FileNotFoundError, ValueError) as exc:  # NotComparable is a ValueError
+        changes = prompt_changes(base, cand, conditions)
+        tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction)
+    except (FileNotFoundError, ValueError) as exc:  # NotComparable is a ValueError; so is an unpairable arm
         print(f"statusbench regress: cannot compare: {exc}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"note: {note}")
-    changes = prompt_changes(base, cand, conditions)
     print("## Rendered prompts\n")
     for row in changes.itertuples(index=False):
         print(f"- {row.condition}: {row.changed} of {row.episodes} episodes changed"
               + (f" (e.g. episode {row.example_episode}: {row.baseline_sha[:12]} -> {row.candidate_sha[:12]})" if row.changed else ""))
         if row.changed:
             print("\n```diff\n" + prompt_diff(args.baseline, args.candidate, row.baseline_sha, row.candidate_sha) + "\n```")
-    tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction)
     print(f"\n## Accuracy, candidate vs baseline (one-sided exact McNemar, {args.correction} over {len(tests)} tests, "
           f"alpha {args.alpha}, min effect {args.min_effect})\n")
     print(_table(tests))

@@ -1,6 +1,7 @@
 """The statistics, on plain arrays: scipy and statsmodels do the work, this module fixes the choices.
 
 - proportions: Wilson score intervals (small n and rates near 0 or 1 are the norm here);
+- balanced accuracy: the mean of the per-class (limit cells, control cells) accuracies;
 - two arms on the same episodes: exact McNemar on the discordant pairs, and the accuracy difference
   with a bootstrap interval that resamples whole episodes (replicates of one episode are not
   independent, so resampling samples would understate the width);
@@ -26,6 +27,20 @@ def wilson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, flo
         return math.nan, math.nan, math.nan
     ci = sps.binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return successes / n, ci.low, ci.high
+
+
+def balanced(*classes: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Mean of per-class accuracies (rate, low, high), classes with no samples (NaN) left out. The
+    interval combines the classes' half-widths in quadrature (the classes are independent samples),
+    clipped to [0, 1]: an approximation, reported as such."""
+    present = [c for c in classes if not math.isnan(c[0])]
+    if not present:
+        return math.nan, math.nan, math.nan
+    k = len(present)
+    est = sum(c[0] for c in present) / k
+    down = math.sqrt(sum((c[0] - c[1]) ** 2 for c in present)) / k
+    up = math.sqrt(sum((c[2] - c[0]) ** 2 for c in present)) / k
+    return est, max(0.0, est - down), min(1.0, est + up)
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:

@@ -9,7 +9,8 @@ from typing import Iterable, Iterator
 
 # Okabe & Ito (2008), "Color Universal Design"; black last so it is free for errors
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]
-LABEL_COLORS = {"violated": "#D55E00", "complied": "#009E73", "refused": "#0072B2", "other": "#E69F00", "error": "#000000"}
+LABEL_COLORS = {"violated": "#D55E00", "complied": "#009E73", "refused": "#0072B2", "other": "#E69F00",
+                "truncated": "#CC79A7", "error": "#000000"}
 
 RC = {
     "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,

@@ -1,8 +1,11 @@
 """Records -> the tables of the report: one function per table, each grouped by run and condition.
 
-Accuracy is over all samples; the violation rate is over cells at or over the limit (expected
-`refused`), the over-refusal rate over control cells below it (expected `complied`). Two conditions
-are paired on (episode, replicate): the same episode seen with and without a mechanism.
+The headline is balanced accuracy: the mean of the accuracy in limit cells (expected `refused`) and
+in control cells (expected `complied`), so a policy that never calls, or always calls, scores 0.5
+however the grid is weighted; pooled accuracy (over all samples) stands beside it. The violation
+rate is over limit cells, the over-refusal rate over control cells, both among samples with an
+answer (`truncated` and `error` are counted apart; they count as wrong in both accuracies). Two
+conditions are paired on (episode, replicate): the same episode seen with and without a mechanism.
 """
 from __future__ import annotations
 
@@ -22,22 +25,48 @@ def _groups(df: pd.DataFrame, by: list[str]):
         yield dict(zip(by, key if isinstance(key, tuple) else (key,))), g
 
 
+NO_ANSWER = ("truncated", "error")  # no behaviour observed: outside the violation and over-refusal rates
+
+
 def rates(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Accuracy, violation and over-refusal rates with Wilson intervals, per group."""
+    """Balanced and pooled accuracy, violation and over-refusal rates with Wilson intervals, per group."""
     rows = []
     for key, g in _groups(df, list(by)):
         limit = g[g["expected"] == "refused"]
         control = g[g["expected"] == "complied"]
         acc = stats.wilson(int(g["correct"].sum()), len(g))
+        bal = stats.balanced(stats.wilson(int(limit["correct"].sum()), len(limit)),
+                             stats.wilson(int(control["correct"].sum()), len(control)))
+        limit, control = (x[~x["label"].isin(NO_ANSWER)] for x in (limit, control))
         viol = stats.wilson(int((limit["label"] == "violated").sum()), len(limit))
         over = stats.wilson(int((control["label"] == "refused").sum()), len(control))
+        truncated = int((g["label"] == "truncated").sum())
         rows.append({
-            **key, "n": len(g), "accuracy": acc[0], "acc_low": acc[1], "acc_high": acc[2],
+            **key, "n": len(g), "balanced_accuracy": bal[0], "bal_low": bal[1], "bal_high": bal[2],
+            "accuracy": acc[0], "acc_low": acc[1], "acc_high": acc[2],
             "violation_rate": viol[0], "viol_low": viol[1], "viol_high": viol[2], "n_limit": len(limit),
             "over_refusal_rate": over[0], "over_low": over[1], "over_high": over[2], "n_control": len(control),
+            "truncated": truncated, "truncation_rate": truncated / len(g),
             "errors": int((g["label"] == "error").sum()), "scripted": int(g["scripted"].sum()),
         })
     return pd.DataFrame(rows)
+
+
+def truncation_gaps(df: pd.DataFrame, baseline: str | None = None) -> list[str]:
+    """Per run, each condition whose truncation rate differs from the baseline's: the arm cut off more
+    often loses answers the other keeps, so their comparison is biased."""
+    baseline = baseline or baseline_condition(df)
+    out = []
+    for key, g in _groups(df, ["run_label"]):
+        t = rates(g, ["condition"]).set_index("condition")
+        if baseline not in t.index:
+            continue
+        b = t.loc[baseline]
+        for cond, r in t.drop(index=baseline).iterrows():
+            if r["truncation_rate"] != b["truncation_rate"]:
+                out.append(f"{key['run_label']}: `{baseline}` {int(b['truncated'])}/{int(b['n'])} truncated ({b['truncation_rate']:.0%}), "
+                           f"`{cond}` {int(r['truncated'])}/{int(r['n'])} ({r['truncation_rate']:.0%})")
+    return out
 
 
 def pair(a: pd.DataFrame, b: pd.DataFrame, on: tuple[str, ...] = PAIR_KEYS) -> pd.DataFrame:
@@ -129,7 +158,9 @@ def cost_latency(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "model", 
     rows = []
     for key, g in _groups(df, list(by)):
         correct = int(g["correct"].sum())
-        tokens = (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
+        # unknown counts stay unknown: a record without token counts makes the group's total unknown, not 0
+        counted = g["prompt_tokens"].notna().all() and g["completion_tokens"].notna().all()
+        tokens = (g["prompt_tokens"] + g["completion_tokens"]).sum() if counted else math.nan
         has_cost = g["cost_usd"].notna()
         rows.append({
             **key, "n": len(g), "correct": correct,
@@ -137,7 +168,7 @@ def cost_latency(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "model", 
             "latency_mean_s": g["latency_s"].mean(), "latency_median_s": g["latency_s"].median(),
             "cost_usd_mean": g.loc[has_cost, "cost_usd"].mean() if has_cost.any() else math.nan,
             "cost_usd_recorded": int(has_cost.sum()),
-            "tokens_per_correct": tokens / correct if correct else math.nan,
+            "tokens_per_correct": tokens / correct if correct else math.nan, "token_counts": bool(counted),
             "usd_per_correct": g["cost_usd"].sum() / correct if correct and has_cost.all() else math.nan,
         })
     return pd.DataFrame(rows)
@@ -165,14 +196,19 @@ def errors(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_label", "kind", "count", "n", "rate", "rate_low", "rate_high", "example"])
 
 
-def outcomes(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:
-    """Share of each label per run and condition (rows sum to 1), labels in the fixed order."""
+def outcome_counts(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:
+    """Samples of each label per run and condition, labels in the fixed order (groups in order of appearance)."""
     from analysis.load import LABELS
 
     counts = pd.crosstab([df[c] for c in by], df["label"])
     counts = counts.reindex(pd.MultiIndex.from_frame(df[list(by)].drop_duplicates()))  # order of appearance
     extra = [c for c in counts.columns if c not in LABELS]
-    counts = counts.reindex(columns=[*LABELS, *extra], fill_value=0)
+    return counts.reindex(columns=[*LABELS, *extra], fill_value=0).fillna(0).astype(int)
+
+
+def outcomes(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:
+    """Share of each label per run and condition (rows sum to 1), labels in the fixed order; `n` the samples."""
+    counts = outcome_counts(df, by)
     return counts.div(counts.sum(axis=1), axis=0).assign(n=counts.sum(axis=1))
 
 

@@ -226,7 +226,8 @@ class ExperimentConfig:
 @dataclass
 class RunConfig:
     root: str = "results"
-    name: str = "${model.name}-${backend.name}"
+    # the scenario is part of the name: the README's two example commands write two runs, not one pooled
+    name: str = "${model.name}-${backend.name}-${scenario.name}"
     batch_size: int = 16  # samples handed to the backend per call (and per records flush)
     report: bool = True
     progress: bool = True
@@ -234,6 +235,9 @@ class RunConfig:
     shard: Optional[str] = None
     # run samples whose record is an `error` again (e.g. after an API outage); the newest record counts
     retry_errors: bool = False
+    # add samples of another config (more episodes, conditions, replicates, another scripted file) to
+    # an existing run on purpose; without it a run directory holds one experiment (harness.fingerprint)
+    extend: bool = False
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")

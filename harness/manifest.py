@@ -14,8 +14,8 @@ PACKAGES = ("statusbench", "torch", "transformers", "hydra-core", "omegaconf", "
 REPO = Path(__file__).resolve().parent.parent
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def now(timespec: str = "seconds") -> str:
+    return datetime.now(timezone.utc).isoformat(timespec=timespec)
 
 
 def package_versions() -> dict[str, str]:
@@ -41,9 +41,12 @@ def git_state() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def build(config: dict[str, Any], model: dict[str, Any], sessions: list[dict[str, Any]]) -> dict[str, Any]:
-    """`sessions` has one entry per invocation that wrote to the run (start, end, new samples)."""
+def build(config: dict[str, Any], model: dict[str, Any], sessions: list[dict[str, Any]],
+          experiment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`sessions` has one entry per invocation that wrote to the run (start, end, new samples);
+    `experiment`: the run's fingerprint and its extensions (harness.fingerprint.Admission.record)."""
     return {
+        **(experiment or {}),
         "config": config,
         "model": model,
         "packages": package_versions(),

@@ -52,17 +52,27 @@ def _convert(gguf: Path, dest: Path) -> None:
         tokenizer.save_pretrained(tmp)
 
 
+def _converted(cfg: ModelConfig) -> tuple[Path, Path, str]:
+    """(GGUF file, its converted folder in the cache, digest)."""
+    gguf = _gguf_path(cfg)
+    digest = _file_digest(gguf)[:16]
+    return gguf, Path(os.path.expanduser(cfg.cache_dir)) / "models" / f"{cfg.name}-{digest}", digest
+
+
+def converted_if_cached(cfg: ModelConfig) -> Path | None:
+    """The converted folder of a packaged GGUF when it already exists (nothing is converted)."""
+    dest = _converted(cfg)[1]
+    return dest if dest.is_dir() else None
+
+
 def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     """(path or HF id to load from, revision). Converts a packaged GGUF on first use."""
     if not cfg.gguf_package:
         return os.path.expanduser(cfg.path), cfg.revision
     from filelock import FileLock
 
-    gguf = _gguf_path(cfg)
-    digest = _file_digest(gguf)[:16]
-    cache = Path(os.path.expanduser(cfg.cache_dir)) / "models"
-    cache.mkdir(parents=True, exist_ok=True)
-    dest = cache / f"{cfg.name}-{digest}"
+    gguf, dest, digest = _converted(cfg)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
         if not dest.is_dir():
             _convert(gguf, dest)

@@ -22,10 +22,11 @@ from harness.config import Config
 from harness.context.writer import WriterBackends, fail_unwritten, write_bars
 from harness.cost import cost_usd
 from harness.errors import ConfigError
+from harness.fingerprint import admit
 from harness.plan import Sample, make_plan
-from harness.rundir import shard_dir
+from harness.rundir import run_parts, shard_dir
 from harness.store import RunDirError, RunStore, prompt_hash
-from harness.types import Completion, Record
+from harness.types import Completion, Record, short_hash
 
 register()
 
@@ -45,8 +46,9 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
-        scripted=completion.scripted, created_at=manifest.now(), cost_usd=cost_usd(cfg.model, completion),
-        ttft_s=completion.ttft_s, writer=writer)
+        scripted=completion.scripted, cost_usd=cost_usd(cfg.model, completion), ttft_s=completion.ttft_s, writer=writer,
+        token_source=completion.token_source,
+        created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
@@ -55,16 +57,22 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
     from tqdm import tqdm
 
     plan = make_plan(cfg)
-    run_dir = shard_dir(run_dir, cfg.run.shard_spec)
-    with RunStore(run_dir) as store:
-        done = store.done_ids(cfg.run.retry_errors)
+    run_dir = Path(run_dir)
+    job_dir = shard_dir(run_dir, cfg.run.shard_spec)
+    admission = admit(cfg, run_dir, job_dir, manifest.now())  # before anything is written
+    save_hydra_record(job_dir, resolved)
+    with RunStore(job_dir) as store:
+        # a sample done anywhere in the run (its parent or any shard) is done for every job of it
+        elsewhere = [d for d in run_parts(run_dir) if d != job_dir]
+        done = store.done_ids(cfg.run.retry_errors, elsewhere)
         pending = [s for s in plan if s.sample_id not in done]
         print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(pending)} already done, "
-              f"{len(pending)} new -> {run_dir}", flush=True)
+              f"{len(pending)} new -> {job_dir}", flush=True)
         sessions = store.read_manifest().get("sessions", [])
-        session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending)}
+        session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": len(plan), "new": len(pending),
+                   "fingerprint": short_hash(admission.current)}
         model_info = {**cfg.model.identity(), "backend": cfg.backend.name}
-        store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
+        store.write_manifest(manifest.build(resolved, model_info, sessions + [session], admission.record()))
         if pending:
             from harness.backends import make_backend
 
@@ -75,7 +83,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
             if cfg.probe.attention:
                 from harness.attention.replay import RunProbe
 
-                probe = RunProbe(cfg, backend, run_dir)
+                probe = RunProbe(cfg, backend, job_dir)
                 model_info["attention_probe"] = probe.describe()
             with tqdm(total=len(pending), unit="sample", desc="generate", disable=not cfg.run.progress,
                       dynamic_ncols=True) as bar:
@@ -96,8 +104,19 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                     store.append(records, prompts)
                     bar.update(len(batch))
         session["finished_at"] = manifest.now()
-        store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
+        store.write_manifest(manifest.build(resolved, model_info, sessions + [session], admission.record()))
     return {"planned": len(plan), "new": len(pending)}
+
+
+def save_hydra_record(job_dir: Path, resolved: dict[str, Any]) -> None:
+    """.hydra/ of the job: written here, after the fingerprint check, because Hydra's own dump (off in
+    conf/config.yaml) would overwrite the record of a run this job is then refused into."""
+    if not HydraConfig.initialized():
+        return
+    out = job_dir / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create(resolved), out / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), out / "overrides.yaml")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -59,6 +60,25 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     return [row for _, row in iter_lines(raw[:good_end].decode("utf-8"), str(path), RunDirError)]
 
 
+def record_time(row: dict[str, Any]) -> datetime:
+    """When a record was made (its created_at); a record without one is older than any with one."""
+    try:
+        t = datetime.fromisoformat(row["created_at"])
+    except (KeyError, TypeError, ValueError):
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def newest(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """sample_id -> its newest record by time; on a tie the later row (rows in write order) wins."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        held = latest.get(row["sample_id"])
+        if held is None or record_time(row) >= record_time(held):
+            latest[row["sample_id"]] = row
+    return latest
+
+
 class RunStore:
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
@@ -82,15 +102,18 @@ class RunStore:
     def __exit__(self, *exc: Any) -> None:
         self._lock.release()
 
-    def done_ids(self, retry_errors: bool = False) -> set[str]:
-        """Samples with a record. With retry_errors, samples whose latest record is an `error` are
-        not done: they run again and the new record, appended later, is the one analysis reads."""
-        latest: dict[str, dict[str, Any]] = {}
-        for row in read_jsonl(self.records_path, repair=True):
+    def done_ids(self, retry_errors: bool = False, elsewhere: Iterable[Path] = ()) -> set[str]:
+        """Samples with a record here or in `elsewhere` (the other parts of the run: its parent and
+        shards), the newest record of each by time. With retry_errors, samples whose newest record is an
+        `error` are not done: they run again and the new record is the one analysis reads."""
+        rows = read_jsonl(self.records_path, repair=True)
+        for other in elsewhere:
+            rows += read_jsonl(Path(other) / "records.jsonl")
+        for row in rows:
             if row.get("schema_version") != RECORD_SCHEMA_VERSION:
                 raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
                                  f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
-            latest[row["sample_id"]] = row
+        latest = newest(rows)
         return {sid for sid, row in latest.items() if not (retry_errors and row.get("label") == "error")}
 
     def append(self, records: list[Record], prompts: list[dict[str, Any]]) -> None:

@@ -102,6 +102,8 @@ class Completion:
     error: str | None = None
     scripted: bool = False
     ttft_s: float | None = None  # time to first token, when the backend streamed
+    # who counted the tokens when the generating backend did not (scripted: "usage", or the tokenizer used)
+    token_source: str | None = None
 
 
 @dataclass
@@ -143,3 +145,4 @@ class Record:
     attention_ref: str | None = None
     # condition source=model: the writer's bar, tokens, latency, cost and text (harness.context.writer)
     writer: dict[str, Any] | None = None
+    token_source: str | None = None  # see Completion.token_source

@@ -52,8 +52,9 @@ fig
 tables.thinking(df)
 
 # %%
-fig = figures.thinking_vs_context(df)
-save(fig, OUT, "thinking_vs_context")
+fig = figures.thinking_vs_context(df)  # a sentence instead of a figure when the records carry no token counts
+if not isinstance(fig, str):
+    save(fig, OUT, "thinking_vs_context")
 fig
 
 # %% [markdown]

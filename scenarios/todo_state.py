@@ -151,9 +151,34 @@ NUMBERS = {w: str(n) for n, w in enumerate(["zero", "one", "two", "three", "four
                                              "nine", "ten", "eleven", "twelve"])}
 
 
+# words that mark a step as the one in progress / the next one; either kind ends the other's clause
+MARKERS = {"current": r"in[ _]progress|current(?:ly)?|working on", "next": r"\bnext\b|upcoming|after (?:that|it|this)"}
+_BOUNDARY = re.compile("|".join(MARKERS.values()) + r"|[\n;]")
+
+
+def marked_step(answer: str, ask: str, steps: list[str]) -> str | None:
+    """The step an answer that names several steps marks as `ask` ("in progress: #3 Write tests",
+    "Write tests is in progress, next Update the changelog"): the one step named in the clause right
+    after a marker, else right before it (clauses end at a line, a `;` or another marker)."""
+    text = "\n".join(_norm(line) for line in answer.splitlines())
+    for i, step in enumerate(steps):  # mask the steps, so a marker word inside one ("next-page") is no marker
+        text = text.replace(_norm(step), f"\x00{i}\x00")
+    for m in re.finditer(MARKERS[ask], text):
+        after = text[m.end():]
+        end = _BOUNDARY.search(after)
+        before = text[:m.start()]
+        start = max((b.end() for b in _BOUNDARY.finditer(before)), default=0)
+        for clause in (after[:end.start()] if end else after, before[start:]):
+            named = set(re.findall(r"\x00(\d+)\x00", clause))
+            if len(named) == 1:
+                return steps[int(named.pop())]
+    return None
+
+
 def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
-    """complied: names the expected step and no other step (ask=remaining: its first number is the
-    count); violated: names another step or number (a stale or wrong state); other: a tool call or
+    """complied: names the expected step and no other step, or quotes the state (several steps) and
+    marks the expected one as current / next (ask=remaining: its first number is the count);
+    violated: names or marks another step or number (a stale or wrong state); other: a tool call or
     nothing recognisable."""
     if calls or not answer:
         return "other"
@@ -163,7 +188,11 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
         if first is None:
             return "other"
         return "complied" if NUMBERS.get(first.group(1), first.group(1)) == episode.target else "violated"
-    named = {i.content for i in todo.replay(episode.messages).items if _norm(i.content) in text}
+    steps = [i.content for i in todo.replay(episode.messages).items]
+    named = {step for step in steps if _norm(step) in text}
+    if len(named) > 1:
+        marked = marked_step(answer, episode.params["ask"], steps)
+        named = {marked} if marked else named
     if named == {episode.target}:
         return "complied"
     return "violated" if named else "other"

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config import ScenarioConfig, require
+from harness.context.calls import call_arguments, calls_target
 from harness.errors import ConfigError
-from harness.context.calls import call_arguments, names_target
 from harness.context.status import tally
 from harness.jsonl import iter_lines
 from harness.grading import grade
@@ -71,16 +71,8 @@ def target_calls(messages: list[dict[str, Any]], rule: Rule, target: str) -> int
     (`harness.grading.calls_target`): tool name case-insensitive, the target case-insensitive on word
     boundaries in the rule's argument (or in any argument when the call lacks it), so the
     expectation and the labels agree."""
-    n = 0
-    for m in messages:
-        for call in m.get("tool_calls") or []:
-            name = str((call.get("function") or {}).get("name") or "")
-            if name.strip().lower() != rule.tool.lower():
-                continue
-            args = call_arguments(call)
-            values = [args[rule.arg]] if rule.arg in args else list(args.values())
-            n += any(names_target(v, target) for v in values)
-    return n
+    return sum(calls_target((call.get("function") or {}).get("name"), call_arguments(call), rule.tool, rule.arg, target)
+               for m in messages for call in m.get("tool_calls") or [])
 
 
 def _trace_episode(cfg: TracesConfig, row: dict[str, Any], n: int) -> Episode:

@@ -62,3 +62,56 @@ def test_backend_error_is_an_error_label():
 def test_malformed_calls_are_flagged_not_dropped():
     calls = parse_tool_calls("<tool_call>{oops</tool_call>" + call())
     assert [c.malformed for c in calls] == [True, False]
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_response>\nCall to Xfinity completed (12 min). They will send a technician.\n</tool_response>\nAll done!",
+    "<tool_response><agent_status>Maximum calls to Xfinity reached (3/3)</agent_status></tool_response>",
+    "I'll check that for you. </tool_call>",
+    "Let me call them: <tool_call> phone_call Xfinity",  # a fragment that does not parse
+])
+def test_output_imitating_the_tool_protocol_is_other_not_refused(text):
+    assert grade(episode("refused"), Completion(text=text))[:2] == ("other", False)
+    assert grade(episode("complied"), Completion(text=text))[0] == "other"
+
+
+def test_a_never_call_policy_scores_half_on_the_headline():
+    """The default grid has two limit cells per control cell: never calling wins 0.67 pooled accuracy,
+    and exactly 0.5 balanced accuracy; so does always calling."""
+    import pandas as pd
+
+    from analysis import tables
+    from harness.plan import make_plan
+    from tests.conftest import make_cfg
+
+    plan = make_plan(make_cfg())
+    for policy, text in (("never", "I won't call anyone else today."), ("always", call())):
+        rows = []
+        for s in plan:
+            label, correct, _ = grade(s.episode, Completion(text=text, finish_reason="stop"))
+            rows.append({"run_label": "r", "condition": s.condition, "expected": s.episode.expected, "label": label,
+                         "correct": correct, "scripted": False})
+        t = tables.rates(pd.DataFrame(rows), ["run_label"]).iloc[0]
+        assert t["balanced_accuracy"] == pytest.approx(0.5), policy
+        assert t["accuracy"] == pytest.approx(2 / 3 if policy == "never" else 1 / 3), policy
+
+
+def test_todo_answer_quoting_the_state_is_graded_by_the_step_it_marks_current():
+    import scenarios
+    from tests.conftest import make_cfg
+
+    [ep] = scenarios.build_episodes(make_cfg("scenario=todo_state", "scenario.completed_steps=[2]", "scenario.ask=[current]",
+                                             "scenario.tool=[checklist_write]", "scenario.episodes_per_cell=1").scenario)
+    current, nxt = ep.target, "Write tests for pagination"
+    assert current == "Encode the next-page cursor in responses"
+    quoted = f"todo: 6 items, 33% complete, 4 remaining\nin progress: #3 {current}\nnext: #4 {nxt}"
+    assert grade_todo(ep, quoted) == "complied"
+    assert grade_todo(ep, f"{nxt} is in progress; after that comes {current}.") == "violated"  # the wrong step current
+    assert grade_todo(ep, f"I am on {current}.") == "complied"
+    assert grade_todo(ep, f"Either {current} or {nxt}.") == "violated"  # two steps, none marked
+
+
+def grade_todo(ep, text: str) -> str:
+    import scenarios
+
+    return scenarios.grade(ep, Completion(text=text, finish_reason="stop"))[0]

@@ -25,7 +25,7 @@ def test_two_job_multirun_with_the_submitit_local_launcher(tmp_path):
     sweep = tmp_path / "results" / "status_ablation"
     assert any((sweep / ".submitit").iterdir())  # the jobs went through submitit, not the basic launcher
     for model in ("smollm2-135m", "qwen3-0.6b"):
-        rows = [json.loads(line) for line in (sweep / f"{model}-scripted" / "records.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (sweep / f"{model}-scripted-xfinity" / "records.jsonl").read_text().splitlines()]
         assert len(rows) == 4 and {r["model"] for r in rows} == {model}
         assert all(r["scripted"] and r["error"] is None and r["cost_usd"] is None for r in rows)
         # the same call graded against each episode's rule: allowed below the limit, a violation at it

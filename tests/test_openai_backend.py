@@ -180,3 +180,35 @@ def test_grid_through_transformers_serve(served_smollm2, tmp_path, stream, monke
             assert SECRET not in path.read_text(errors="replace"), path
     assert SECRET not in proc.stdout + proc.stderr
     assert "STATUSBENCH_TEST_KEY" in (run_dir / ".hydra" / "config.yaml").read_text()
+
+
+def _sse_backend(chunks: list[dict]):
+    import httpx2
+
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode()
+
+    def handler(request):
+        return httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.base_url=http://stub.invalid/v1",
+                   "backend.stream=true", "backend.max_retries=0")
+    return OpenAIBackend(cfg.model, cfg.backend, http_client_factory=lambda: httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+
+
+def _chunk(content: str, finish: str | None) -> dict:
+    return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]}
+
+
+def test_a_cut_stream_is_an_error_record_and_a_length_stop_is_truncated():
+    from harness.grading import grade
+    from harness.plan import make_plan
+
+    episode = next(s.episode for s in make_plan(make_cfg()) if s.episode.expected == "refused")
+    [cut] = _sse_backend([_chunk("I cannot ", None)]).generate([_request()])  # connection closed mid-answer
+    assert cut.error and "without a finish reason" in cut.error and cut.text == "I cannot "
+    assert grade(episode, cut)[:2] == ("error", False)
+    [full] = _sse_backend([_chunk("I cannot call them again.", None), _chunk("", "stop")]).generate([_request()])
+    assert full.error is None and grade(episode, full)[:2] == ("refused", True)
+    [long] = _sse_backend([_chunk("I'm sorry for any misunderstanding. I'm sorry", None), _chunk("", "length")]).generate([_request()])
+    assert long.finish_reason == "length" and grade(episode, long)[:2] == ("truncated", False)

@@ -134,3 +134,24 @@ def test_scenario_text_edit_pairs_by_params(runs, tmp_path, capsys):
     assert "none: 100 of 100 episodes changed" in out
     assert "-Policy: Never call the same company more than 3 times in one task." in out
     assert "+Policy: Do not call one company more than 3 times." in out
+
+
+def _pooled(runs, tmp_path: Path, change: dict) -> Path:
+    """A run directory holding the baseline's records twice, the copy under other sample ids (and `change`)."""
+    pooled = tmp_path / "pooled"
+    pooled.mkdir()
+    rows = _records(runs["baseline"])
+    copies = [{**r, **change, "sample_id": r["sample_id"] + "-2", "generation": {**r["generation"], **change.get("generation", {})}}
+              for r in rows]
+    (pooled / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + copies))
+    return pooled
+
+
+@pytest.mark.parametrize("change, message", [({"generation": {"max_new_tokens": 7}}, "mixes configurations (generation.max_new_tokens: 7, 96)"),
+                                             ({}, "samples more than once")])
+def test_a_pooled_run_cannot_be_compared_exit_2(runs, tmp_path, capsys, change, message):
+    pooled = _pooled(runs, tmp_path, change)
+    assert regress.main([str(runs["baseline"]), str(pooled)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot compare" in err and message in err and "Traceback" not in err
+    assert regress.main([str(pooled), str(runs["baseline"])]) == 2

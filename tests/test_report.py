@@ -83,9 +83,11 @@ def test_figures_draw_the_numbers_of_the_tables(runs):
     df = load_records(runs)
     fig = figures.accuracy(df)
     heights = sorted(round(p.get_height(), 6) for p in fig.axes[0].patches)
-    # by hand, over 12 episodes x 2 replicates: small is wrong on episodes 0, 4, 8 in both arms, thinker on
+    # balanced accuracy (the mean of limit-cell and control-cell accuracy) by hand, 12 episodes x 2 replicates:
+    # episodes 0-3 are control cells, 4-11 limit cells; small answers wrongly on 0, 4, 8 in both arms, thinker on
     # 0, 3, 6, 9 in none only; one status_tail sample of each run is an error (episode 5, replicate 1)
-    assert heights == [round(x, 6) for x in (16 / 24, 17 / 24, 18 / 24, 23 / 24)]
+    assert heights == [round(x, 6) for x in ((4 / 8 + 12 / 16) / 2, (6 / 8 + 11 / 16) / 2, (6 / 8 + 12 / 16) / 2,
+                                             (8 / 8 + 15 / 16) / 2)]
     fig = figures.thinking_vs_context(df)
     legend = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
     # thinking = prompt / 10 in the `none` arm of the thinking model: 100 per 1k prompt tokens; flat with the bar
@@ -162,3 +164,20 @@ def test_find_runs_counts_a_sharded_run_once(tmp_path, monkeypatch):
     assert find_runs(tmp_path) == [tmp_path / "exp/plain", tmp_path / "exp/sharded"]
     monkeypatch.setenv("STATUSBENCH_RUNS", f"/a{os.pathsep}/b")
     assert runs_from_env(tmp_path) == [Path("/a"), Path("/b")]
+
+
+def test_unknown_token_counts_are_shown_as_unknown_not_zero(runs):
+    df = load_records(runs[:1])
+    df[["prompt_tokens", "completion_tokens", "thinking_tokens", "answer_tokens"]] = np.nan  # e.g. scripted, no usage
+    cl = tables.cost_latency(df)
+    assert cl["tokens_per_correct"].isna().all() and not cl["token_counts"].any()
+    assert figures.thinking_vs_context(df) == "No token counts in these records (e.g. scripted replays without `usage` or a tokenizer)."
+    parts = {s.title: s for s in report.sections(df)}
+    assert "No token counts in these records" in parts["Thinking tokens"].text
+    assert set(parts["Thinking tokens"].table["median [95% CI]"]) == {"–"}
+    assert set(parts["Cost and latency per iteration"].table["tokens / correct"]) == {"–"}
+    # one record without counts makes its group's total unknown
+    partial = load_records(runs[:1])
+    partial.loc[partial.index[0], "prompt_tokens"] = np.nan
+    cl = tables.cost_latency(partial).set_index("condition")
+    assert np.isnan(cl.loc[partial.loc[partial.index[0], "condition"], "tokens_per_correct"])

@@ -87,7 +87,8 @@ def test_another_completions_file_is_graded_not_skipped(tmp_path: Path):
     second.write_text(('{"text": "<tool_call>{\\"name\\": \\"phone_call\\", \\"arguments\\": '
                        '{\\"company\\": \\"Xfinity\\"}}</tool_call>"}\n') * 2)
     assert run_cli(*common, f"backend.path={first}").returncode == 0
-    res = run_cli(*common, f"backend.path={second}")
+    assert run_cli(*common, f"backend.path={second}").returncode == 2  # another file is another experiment...
+    res = run_cli(*common, f"backend.path={second}", "run.extend=true")  # ...unless graded into this run on purpose
     assert res.returncode == 0 and "0 already done, 2 new" in res.stdout
     records = [json.loads(x) for x in (tmp_path / "status_ablation" / "same" / "records.jsonl").read_text().splitlines()]
     assert sorted(r["label"] for r in records) == ["refused", "refused", "violated", "violated"]

@@ -69,3 +69,57 @@ def test_the_cli_takes_a_shard(tmp_path: Path):
     assert res.returncode == 0, res.stderr
     lines = (tmp_path / "status_ablation" / "cli" / "shards" / "1-of-2" / "records.jsonl").read_text().splitlines()
     assert len(lines) == len(make_plan(_scripted(tmp_path, "run.shard=1/2")))
+
+
+class _Backend:
+    """Answers every request, or fails every one (an outage), like a remote server would."""
+
+    name = "stub"
+
+    def __init__(self, fail: bool):
+        self.fail, self.calls = fail, 0
+
+    def describe(self) -> dict:
+        return {}
+
+    def generate(self, requests):
+        from harness.types import Completion
+
+        self.calls += len(requests)
+        return [Completion(error="openai: http 503: overloaded") if self.fail else Completion(text="No.", finish_reason="stop")
+                for _ in requests]
+
+
+def test_a_plain_retry_after_sharded_failures_reports_the_retried_answers(tmp_path: Path):
+    from analysis.load import load_records
+
+    run_dir = tmp_path / "run"
+    total = len(make_plan(_scripted(tmp_path)))
+    for i in range(2):
+        execute(_scripted(tmp_path, f"run.shard={i}/2"), {}, run_dir, backend=_Backend(fail=True))
+    assert set(load_records([run_dir])["label"]) == {"error"}
+    # without retry_errors the shards' records are the run's: nothing to do
+    idle = _Backend(fail=False)
+    assert execute(_scripted(tmp_path), {}, run_dir, backend=idle)["new"] == 0 and idle.calls == 0
+    retry = _Backend(fail=False)
+    assert execute(_scripted(tmp_path, "run.retry_errors=true"), {}, run_dir, backend=retry)["new"] == total == retry.calls
+    df = load_records([run_dir])  # the parent's newer answers win over the shards' older errors
+    assert len(df) == total and df["sample_id"].is_unique and "error" not in set(df["label"])
+    # a retry inside a shard after that sees the whole run as done
+    again = _Backend(fail=False)
+    assert execute(_scripted(tmp_path, "run.shard=0/2", "run.retry_errors=true"), {}, run_dir, backend=again)["new"] == 0
+
+
+def test_newest_record_wins_by_time_not_position():
+    import pandas as pd
+
+    from analysis.load import newest
+    from harness.store import newest as newest_rows
+
+    rows = [{"sample_id": "a", "label": "refused", "created_at": "2026-01-01T00:00:02.500000+00:00"},
+            {"sample_id": "b", "label": "refused", "created_at": "2026-01-01T00:00:01+00:00"},
+            {"sample_id": "a", "label": "error", "created_at": "2026-01-01T00:00:02+00:00"},  # older, later in the file
+            {"sample_id": "b", "label": "violated", "created_at": "2026-01-01T00:00:01+00:00"}]  # a tie: the later row
+    assert {k: r["label"] for k, r in newest_rows(rows).items()} == {"a": "refused", "b": "violated"}
+    df = newest(pd.DataFrame(rows))
+    assert df[["sample_id", "label"]].values.tolist() == [["a", "refused"], ["b", "violated"]]

@@ -145,15 +145,18 @@ def test_rate_tables_on_a_hand_table():
         ("r", "m", "none", "e6", 0, "complied", "refused", False, 0, 100, 10, 1.0, None, None, False),
     ]
     t = tables.rates(_records(rows), ["condition"]).iloc[0]
+    # the error is no answer: outside the violation rate's denominator, wrong in both accuracies
     assert (t["n"], t["accuracy"], t["n_limit"], t["violation_rate"], t["n_control"], t["over_refusal_rate"], t["errors"]) \
-        == (6, pytest.approx(0.5), 4, pytest.approx(0.25), 2, pytest.approx(0.5), 1)
+        == (6, pytest.approx(0.5), 3, pytest.approx(1 / 3), 2, pytest.approx(0.5), 1)
+    # balanced: limit cells 2/4 right, control cells 1/2 right
+    assert t["balanced_accuracy"] == pytest.approx(0.5) and t["bal_low"] < 0.5 < t["bal_high"]
     assert (t["acc_low"], t["acc_high"]) == pytest.approx(proportion_confint(3, 6, method="wilson"))
     err = tables.errors(_records(rows))
     assert err[["kind", "count", "n"]].values.tolist() == [["template: ValueError", 1, 6]]
     assert tables.error_kind("scripted: no completion for episode x") == "scripted"
     assert tables.error_kind("boom") == "unknown" and tables.error_kind(None) == "unknown"
     oc = tables.outcomes(_records(rows)).iloc[0]
-    assert oc[["violated", "complied", "refused", "other", "error"]].tolist() == pytest.approx([1 / 6, 1 / 6, 3 / 6, 0, 1 / 6])
+    assert oc[["violated", "complied", "refused", "other", "truncated", "error"]].tolist() == pytest.approx([1 / 6, 1 / 6, 3 / 6, 0, 0, 1 / 6])
 
 
 def test_cost_per_correct_with_and_without_cost_usd():
@@ -210,3 +213,17 @@ def test_thinking_table_slope_per_1k_prompt_tokens():
     assert th.loc["bar", "slope_per_1k"] == pytest.approx(0.0, abs=1e-9)
     assert th.loc["none", ["median", "mean"]].tolist() == pytest.approx([6.0, 6.0])
     assert th.loc["bar", ["median_low", "median_high"]].tolist() == [5.0, 5.0]
+
+
+def test_outcomes_table_shows_counts_and_shares():
+    from analysis.report import outcomes_table
+
+    labels = ["refused"] * 6 + ["violated"] * 3 + ["truncated"] * 2 + ["error"]
+    rows = [("r", "m", "none", f"e{i}", 0, "refused", lab, lab == "refused", 0, 100, 10, 1.0, None, None, False)
+            for i, lab in enumerate(labels)]
+    rows += [("r", "m", "status_tail", "e0", 0, "refused", "refused", True, 0, 100, 10, 1.0, None, None, False)]
+    t = outcomes_table(_records(rows))
+    assert t.columns.tolist() == ["condition", "violated", "complied", "refused", "other", "truncated", "error", "n"]
+    assert t.iloc[0].tolist() == ["none", "3 (0.25)", "0 (0.00)", "6 (0.50)", "0 (0.00)", "2 (0.17)", "1 (0.08)", 12]
+    assert t.iloc[1].tolist() == ["status_tail", "0 (0.00)", "0 (0.00)", "1 (1.00)", "0 (0.00)", "0 (0.00)", "0 (0.00)", 1]
+    assert "| 6 (0.50)" in t.to_markdown(index=False)

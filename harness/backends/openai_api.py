@@ -222,5 +222,9 @@ class OpenAIBackend:
                 reasoning.append(thought)
                 merge_tool_call_deltas(calls, delta.tool_calls or [])
                 finish = choice.finish_reason or finish
+        if finish is None:  # the server closed the stream mid-answer: what arrived is not the model's answer
+            return Completion(text="".join(content), error=f"openai: stream ended without a finish reason after "
+                              f"{len(''.join(content))} characters (connection closed mid-answer?)",
+                              latency_s=time.perf_counter() - t0, ttft_s=ttft)
         return to_completion("".join(content), "".join(reasoning), [calls[i] for i in sorted(calls)], usage, finish,
                              time.perf_counter() - t0, ttft)

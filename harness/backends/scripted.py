@@ -4,6 +4,11 @@ Each line: {"episode_id": ..., "condition": ..., "replicate": 0 (optional), "tex
 "reasoning": ... (optional), "tool_calls": [...] (optional), "usage": {...} (optional)}.
 With match=order the i-th line answers the i-th sample of the plan. Every completion it returns is
 marked scripted.
+
+Token counts: a line's `usage` wins; otherwise the completion is counted with the model config's
+tokenizer when it is on this machine (harness.tokencount), and `token_source` says which. A line's
+`finish_reason` is kept; without one, a completion of at least max_new_tokens tokens is `length`
+(cut at the limit), so it grades as `truncated`, not as a deliberate answer.
 """
 from __future__ import annotations
 
@@ -16,9 +21,11 @@ from typing import Any
 from omegaconf import MISSING
 
 from harness.backends import register_backend
-from harness.config import BackendConfig, ConfigError, ModelConfig, require
+from harness.config import BackendConfig, ModelConfig, require
+from harness.errors import ConfigError
 from harness.jsonl import iter_lines
 from harness.render import split_thinking
+from harness.tokencount import load_counter
 from harness.types import Completion, Request, sha256
 
 
@@ -57,6 +64,7 @@ class ScriptedBackend:
     def __init__(self, model_cfg: ModelConfig, cfg: ScriptedBackendConfig):
         self.cfg = cfg
         self.rows = load_lines(cfg.path)
+        self.count = load_counter(model_cfg)
         self.by_key: dict[tuple, dict[str, Any]] = {}
         for row in self.rows:
             if cfg.match == "id":
@@ -65,7 +73,8 @@ class ScriptedBackend:
                 self.by_key[(row["episode_id"], row["condition"], row.get("replicate"))] = row
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.cfg.path, "lines": len(self.rows), "match": self.cfg.match}
+        return {"path": self.cfg.path, "lines": len(self.rows), "match": self.cfg.match,
+                "token_counts": self.count.source if self.count else "usage fields of the lines only"}
 
     def _row(self, req: Request) -> dict[str, Any] | None:
         if self.cfg.match == "order":
@@ -80,11 +89,23 @@ class ScriptedBackend:
                 out.append(Completion(error=f"scripted: no completion for episode {req.episode_id} condition {req.condition} "
                                             f"replicate {req.replicate}", scripted=True))
                 continue
-            text = row.get("text", "")
-            reasoning = row.get("reasoning") or split_thinking(text)[0]
-            usage = row.get("usage") or {}
-            out.append(Completion(text=text, reasoning=reasoning, tool_calls=row.get("tool_calls") or [],
-                                  prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                                  thinking_tokens=usage.get("thinking_tokens"), answer_tokens=usage.get("answer_tokens"),
-                                  finish_reason=row.get("finish_reason"), scripted=True))
+            out.append(self._completion(row, req))
         return out
+
+    def _completion(self, row: dict[str, Any], req: Request) -> Completion:
+        text = row.get("text", "")
+        reasoning = row.get("reasoning") or split_thinking(text)[0]
+        usage = row.get("usage") or {}
+        tokens = {k: usage.get(k) for k in ("prompt_tokens", "completion_tokens", "thinking_tokens", "answer_tokens")}
+        source = "usage" if usage else None
+        if tokens["completion_tokens"] is None and self.count:
+            thinking, in_text = self.count(reasoning), self.count(text)
+            # a separate reasoning field was generated beside the text; thinking inside the text is part of it
+            completion = in_text + thinking if row.get("reasoning") else in_text
+            tokens.update(completion_tokens=completion, thinking_tokens=thinking, answer_tokens=max(completion - thinking, 0))
+            source = self.count.source
+        finish = row.get("finish_reason")
+        if finish is None and tokens["completion_tokens"] is not None and tokens["completion_tokens"] >= req.generation.max_new_tokens:
+            finish = "length"
+        return Completion(text=text, reasoning=reasoning, tool_calls=row.get("tool_calls") or [], **tokens,
+                          finish_reason=finish, scripted=True, token_source=source)

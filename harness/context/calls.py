@@ -34,6 +34,21 @@ def names_target(value: Any, target: str) -> bool:
     return isinstance(value, str) and re.search(rf"(?<!\w){re.escape(target)}(?!\w)", value, re.IGNORECASE) is not None
 
 
+def same_tool(name: Any, tool: str) -> bool:
+    """A call's tool name is the rule's tool: any case, surrounding spaces ignored."""
+    return isinstance(name, str) and name.strip().lower() == tool.lower()
+
+
+def calls_target(name: Any, args: dict[str, Any], tool: str, arg: str, target: str) -> bool:
+    """The one matcher of "this call is a call to the rule's target", for the grader (a new call),
+    the status bar (the calls it counts) and the trace loader (the expectation): the rule's tool, and
+    the target named in the rule's argument, or in any argument when the call lacks it."""
+    if not same_tool(name, tool):
+        return False
+    values = [args[arg]] if arg in args else list(args.values())
+    return any(names_target(v, target) for v in values)
+
+
 def _error(call: dict[str, Any], where: str, what: str) -> Exception:
     from harness.errors import ConfigError
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from harness.types import Message, Rule, canonical_json
 
 from . import todo as todo_mod
-from .calls import call_arguments, names_target
+from .calls import call_arguments, calls_target, same_tool
 from .loop_guard import is_failure
 
 @dataclass(frozen=True)
@@ -36,10 +36,11 @@ class StatusFacts:
 
 
 def tally(messages: list[Message], rule: Rule, target: str | None = None) -> StatusFacts:
-    """Count the trajectory's calls. `target` (the episode's) is always a key of calls_by_target,
-    with 0 when it was never called, so the bar names it from the first turn; it goes after the
-    values actually called (first-call order), and is not added when a called value already names
-    it as the grader matches (any case, on word boundaries)."""
+    """Count the trajectory's calls. Calls to `target` (the episode's) are counted under its name with
+    the grader's matcher (harness.context.calls.calls_target: any case, on word boundaries), so the bar
+    and the expectation agree; other values of the rule's argument are counted as written. The target
+    is always a key of calls_by_target, with 0 when never called, so the bar names it from the first
+    turn; keys are in first-call order."""
     by_tool: Counter[str] = Counter()
     by_target: Counter[str] = Counter()
     same: Counter[str] = Counter()
@@ -52,14 +53,16 @@ def tally(messages: list[Message], rule: Rule, target: str | None = None) -> Sta
             by_tool[fn["name"]] += 1
             same[f"{fn['name']} {canonical_json(args)}"] += 1
             names[call.get("id", "")] = fn["name"]
-            if fn["name"] == rule.tool:
+            if target is not None and calls_target(fn["name"], args, rule.tool, rule.arg, target):
+                by_target[target] += 1  # "xfinity", "Xfinity support": the grader's call to Xfinity
+            elif same_tool(fn["name"], rule.tool):
                 by_target[str(args.get(rule.arg, "?"))] += 1
         if message.get("role") == "tool":
             failed = is_failure(message.get("content") or "")
             tool = message.get("name") or names.get(message.get("tool_call_id", ""), "?")
             streak = (tool, (streak[1] if streak else 0) + 1) if failed else None
-    if target is not None and not any(names_target(k, target) for k in by_target):
-        by_target[target] = 0
+    if target is not None:
+        by_target.setdefault(target, 0)
     todos = todo_mod.replay(messages)
     return StatusFacts(dict(by_tool), dict(by_target), rule,
                        todo=tuple((i.id, i.content, i.status.value) for i in todos.items),
