@@ -40,10 +40,7 @@ COLUMNS: dict[str, str] = {
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
 
 
-def _parse(rows: list[dict], path: Path) -> pd.DataFrame:
-    missing = sorted({k for r in rows for k in REQUIRED if k not in r})
-    if missing:
-        raise ValueError(f"{path}: records lack required fields {missing}; is this a statusbench records file?")
+def _parse(rows: list[dict]) -> pd.DataFrame:
     for r in rows:  # a list of dicts does not fit one parquet column type; keep it as JSON text
         r["tool_calls"] = json.dumps(r.get("tool_calls") or [], sort_keys=True)
     df = pd.DataFrame([_flatten(r) for r in rows])
@@ -96,7 +93,7 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
         meta = pq.read_schema(cached).metadata or {}
         if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
             return pd.read_parquet(cached)
-    df = _parse(read_jsonl(path), path)
+    df = _parse(read_jsonl(path, required=REQUIRED))  # a line lacking one is named
     if cache and not df.empty:
         _write_cache(df, cached, size)
     return df

@@ -33,28 +33,42 @@ def prompt_hash(rendered: str | None, messages: list[Message], tools: list[dict]
 
 
 def _append_lines(path: Path, lines: Iterable[str]) -> None:
-    data = "".join(line + "\n" for line in lines)
+    # backslashreplace: a lone surrogate from model output is written as its JSON escape and reads back intact
+    _append_bytes(path, "".join(line + "\n" for line in lines).encode("utf-8", errors="backslashreplace"))
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
     if not data:
         return
-    # backslashreplace: a lone surrogate from model output is written as its JSON escape and reads back intact
-    with open(path, "a", encoding="utf-8", errors="backslashreplace") as fh:
+    with open(path, "ab") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
-    """All complete lines. A torn final line is dropped with a warning (and cut off if repair)."""
+def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """All complete lines, each an object with the `required` fields (else RunDirError naming the
+    line). A torn final line is dropped with a warning (and cut off if repair); a complete object
+    merely lacking its newline (a hand edit) is kept, and with repair given its newline."""
     if not path.exists():
         return []
     raw = path.read_bytes()
     good_end = raw.rfind(b"\n") + 1
-    if good_end < len(raw):
-        log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
-        if repair:
-            with open(path, "r+b") as fh:
-                fh.truncate(good_end)
-    return [row for _, row in iter_lines(raw[:good_end].decode("utf-8"), str(path), RunDirError)]
+    if good_end < len(raw) and raw[good_end:].strip():
+        try:
+            complete = isinstance(json.loads(raw[good_end:]), dict)
+        except ValueError:
+            complete = False
+        if complete:
+            if repair:
+                _append_bytes(path, b"\n")
+            good_end = len(raw)
+        else:
+            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
+            if repair:
+                with open(path, "r+b") as fh:
+                    fh.truncate(good_end)
+    return [row for _, row in iter_lines(raw[:good_end], str(path), RunDirError, required)]
 
 
 class RunStore:
@@ -74,7 +88,7 @@ class RunStore:
             owner = (self.dir / ".lock.pid").read_text().strip() if (self.dir / ".lock.pid").exists() else "?"
             raise RunLockedError(f"run directory {self.dir} is in use by another statusbench process (pid {owner})") from None
         (self.dir / ".lock.pid").write_text(str(os.getpid()))
-        self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True)}
+        self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True, required=("prompt_sha256",))}
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -84,7 +98,7 @@ class RunStore:
         """Samples with a record. With retry_errors, samples whose latest record is an `error` are
         not done: they run again and the new record, appended later, is the one analysis reads."""
         latest: dict[str, dict[str, Any]] = {}
-        for row in read_jsonl(self.records_path, repair=True):
+        for row in read_jsonl(self.records_path, repair=True, required=("sample_id",)):
             if row.get("schema_version") != RECORD_SCHEMA_VERSION:
                 raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
                                  f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
@@ -107,4 +121,15 @@ class RunStore:
         os.replace(tmp, self.manifest_path)
 
     def read_manifest(self) -> dict[str, Any]:
-        return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            manifest = json.loads(self.manifest_path.read_bytes())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{self.manifest_path} line {exc.lineno} is not valid JSON ({exc.msg}); "
+                              "restore it or move the run directory aside") from None
+        except ValueError as exc:  # invalid UTF-8
+            raise RunDirError(f"{self.manifest_path} is not readable JSON ({exc})") from None
+        if not isinstance(manifest, dict):
+            raise RunDirError(f"{self.manifest_path} must hold a JSON object")
+        return manifest

@@ -65,6 +65,7 @@ class XfinityConfig(ScenarioConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.limit >= 1, "scenario.limit", f"must be >= 1, got {self.limit}")
+        require(bool(self.target.strip()), "scenario.target", "must name a target (an empty one matches every argument)")
         require(len(self.calls_made) > 0 and all(c >= 0 for c in self.calls_made), "scenario.calls_made",
                 f"needs at least one value, each >= 0, got {list(self.calls_made)}")
         require(len(self.other_companies) > 0 and all(0 <= o <= len(self.other_company_pool) for o in self.other_companies),

@@ -7,20 +7,35 @@ marked scripted.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError, ScriptedBackendConfig
-from harness.jsonl import iter_lines
+from harness.jsonl import read_lines
 from harness.render import split_thinking
 from harness.types import Completion, Request
+from harness.validate import TOKEN_FIELDS, of_type, token_count
+
+
+def _check(row: dict[str, Any]) -> None:
+    """Every field a completion takes, typed as it will be used (ValueError naming the field)."""
+    for key in ("episode_id", "condition", "text", "reasoning", "finish_reason"):
+        of_type(row, key, (str,))
+    of_type(row, "replicate", (int,))
+    for i, call in enumerate(of_type(row, "tool_calls", (list,)) or []):
+        if not isinstance(call, dict):
+            raise ValueError(f"field 'tool_calls' item {i} must be an object, got {type(call).__name__}")
+    usage = of_type(row, "usage", (dict,)) or {}
+    for key in TOKEN_FIELDS:
+        token_count(usage.get(key), f"usage.{key}")
 
 
 def load_lines(path: str) -> list[dict[str, Any]]:
     rows = []
-    for n, row in iter_lines(Path(path).expanduser().read_text(encoding="utf-8"), f"backend.path: {path}", ConfigError):
-        if not isinstance(row, dict) or not isinstance(row.get("text", ""), str):
-            raise ConfigError(f"backend.path: {path} line {n} must be an object with a string 'text'")
+    for n, row in read_lines(path, f"backend.path: {path}", ConfigError):
+        try:
+            _check(row)
+        except ValueError as exc:
+            raise ConfigError(f"backend.path: {path} line {n}: {exc}") from None
         rows.append(row)
     return rows
 
