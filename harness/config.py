@@ -7,12 +7,13 @@ before anything heavy is loaded.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, ClassVar, Iterator, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -143,6 +144,10 @@ class OpenAIBackendConfig(BackendConfig):
         require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
         require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
         if self.api_key_env:
+            from harness.secrets_guard import looks_like_secret
+
+            require(not looks_like_secret(self.api_key_env), "backend.api_key_env",  # the value is not repeated
+                    "must be the NAME of the environment variable holding the key; the value looks like a key itself")
             require(bool(os.environ.get(self.api_key_env)), "backend.api_key_env",
                     f"environment variable {self.api_key_env} is not set (or set backend.api_key_env=null for a server without keys)")
 
@@ -221,9 +226,16 @@ class ScenarioConfig:
     name: str = MISSING
     seed: int = 0
     episodes_per_cell: int = 1
+    # the list fields whose product is the grid; each cell yields episodes_per_cell episodes
+    grid_axes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         require(self.episodes_per_cell >= 1, "scenario.episodes_per_cell", f"must be >= 1, got {self.episodes_per_cell}")
+
+    def planned_episodes(self) -> int | None:
+        """Episodes the family will build, known before building them (the plan-size guard); None
+        when only building tells (a user's traces)."""
+        return math.prod(len(getattr(self, a)) for a in self.grid_axes) * self.episodes_per_cell
 
 
 @dataclass
@@ -234,6 +246,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         require(self.replicates >= 1, "experiment.replicates", f"must be >= 1, got {self.replicates}")
+        require(is_dir_name(self.name), "experiment.name", f"not a directory name: {self.name!r}")
 
 
 @dataclass
@@ -247,10 +260,13 @@ class RunConfig:
     shard: Optional[str] = None
     # run samples whose record is an `error` again (e.g. after an API outage); the newest record counts
     retry_errors: bool = False
+    # the largest plan built (episodes x conditions x replicates); the plan is held in memory
+    max_samples: int = 200_000
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")
-        require("/" not in self.name and self.name not in ("", ".", ".."), "run.name", f"not a directory name: {self.name!r}")
+        require(is_dir_name(self.name), "run.name", f"not a directory name: {self.name!r}")
+        require(self.max_samples >= 1, "run.max_samples", f"must be >= 1, got {self.max_samples}")
         if self.shard is not None:
             parse_shard(self.shard)
 
@@ -258,6 +274,11 @@ class RunConfig:
     def shard_spec(self) -> tuple[int, int] | None:
         """(i, n) of run.shard, or None when the job runs the whole plan."""
         return None if self.shard is None else parse_shard(self.shard)
+
+
+def is_dir_name(name: str) -> bool:
+    """One path component: the run directory stays inside run.root."""
+    return "/" not in name and "\\" not in name and "\0" not in name and name.strip() not in ("", ".", "..")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -297,6 +318,16 @@ class Config:
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        episodes = self.scenario.planned_episodes()
+        if episodes is not None:  # a grid family: refused before a single episode is built
+            self.check_plan_size(episodes)
+
+    def check_plan_size(self, episodes: int) -> None:
+        samples = episodes * len(self.conditions) * self.experiment.replicates
+        require(samples <= self.run.max_samples, "run.max_samples",
+                f"the plan would hold {samples:,} samples ({episodes:,} episodes x {len(self.conditions)} conditions x "
+                f"{self.experiment.replicates:,} replicates), over the limit of {self.run.max_samples:,}; shrink the grid "
+                "or raise run.max_samples")
 
 
 def register() -> None:
@@ -328,7 +359,26 @@ def to_typed(cfg: DictConfig) -> Config:
             raise cause from None
         raise ConfigError(str(exc).splitlines()[0] + (f" (key: {exc.full_key})" if getattr(exc, "full_key", None) else "")) from None
     assert isinstance(typed, Config)
+    unknown = unknown_keys(OmegaConf.to_container(cfg, resolve=False), typed)
+    require(not unknown, unknown[0] if unknown else "", f"unknown key (not a field of the schema); check the spelling"
+            + (f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
     return typed
+
+
+def unknown_keys(node: Any, typed: Any, prefix: str = "") -> list[str]:
+    """Keys of the composed config that no schema field takes. `+key=value` adds a key to a typed
+    node, and OmegaConf.to_object then sets it as a stray attribute instead of refusing it."""
+    import dataclasses
+
+    if not isinstance(node, dict):
+        return []
+    if dataclasses.is_dataclass(typed):
+        names = {f.name for f in dataclasses.fields(typed)}
+        return [k for key, value in node.items() if key != "hydra"
+                for k in ([f"{prefix}{key}"] if key not in names else unknown_keys(value, getattr(typed, key), f"{prefix}{key}."))]
+    if isinstance(typed, dict):  # e.g. conditions: name -> ConditionConfig; free-form dicts hold no dataclass
+        return [k for key, value in node.items() if key in typed for k in unknown_keys(value, typed[key], f"{prefix}{key}.")]
+    return []
 
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"

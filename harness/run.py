@@ -102,8 +102,10 @@ def main(dcfg: DictConfig) -> None:
     try:
         cfg = to_typed(dcfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
-        if cfg.run.report:
+        counts = execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
+        if cfg.run.report and not counts["planned"]:  # no episode hashed to this shard: no records to report on
+            print(f"statusbench: run.shard={cfg.run.shard} holds none of the plan's episodes; no report")
+        elif cfg.run.report:
             from analysis.report import write_report
 
             print(write_report([run_dir]))
@@ -132,6 +134,17 @@ def check_yaml(argv: list[str]) -> None:
             sys.exit(2)
 
 
+def check_secrets(argv: list[str]) -> None:
+    """A key on the command line is refused before Hydra composes (its own errors echo values) or writes."""
+    from harness.secrets_guard import argv_secret_error
+
+    message = argv_secret_error(argv)
+    if message:
+        print(f"statusbench: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    check_secrets(sys.argv[1:])
     check_yaml(sys.argv[1:])
     main()

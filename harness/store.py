@@ -71,6 +71,24 @@ def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = 
     return [row for _, row in iter_lines(raw[:good_end], str(path), RunDirError, required)]
 
 
+def probe_lock(run_dir: Path) -> None:
+    """RunLockedError if another process holds run_dir's writer lock (checked before Hydra writes
+    `.hydra/` into it); nothing is created when the directory does not exist yet."""
+    run_dir = Path(run_dir)
+    if (run_dir / ".lock").exists():
+        lock = FileLock(str(run_dir / ".lock"))
+        _acquire(lock, run_dir)
+        lock.release()
+
+
+def _acquire(lock: FileLock, run_dir: Path) -> None:
+    try:
+        lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
+    except Timeout:
+        owner = (run_dir / ".lock.pid").read_text().strip() if (run_dir / ".lock.pid").exists() else "?"
+        raise RunLockedError(f"run directory {run_dir} is in use by another statusbench process (pid {owner})") from None
+
+
 class RunStore:
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
@@ -82,11 +100,7 @@ class RunStore:
         self._prompts: set[str] = set()
 
     def __enter__(self) -> "RunStore":
-        try:
-            self._lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
-        except Timeout:
-            owner = (self.dir / ".lock.pid").read_text().strip() if (self.dir / ".lock.pid").exists() else "?"
-            raise RunLockedError(f"run directory {self.dir} is in use by another statusbench process (pid {owner})") from None
+        _acquire(self._lock, self.dir)
         (self.dir / ".lock.pid").write_text(str(os.getpid()))
         self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True, required=("prompt_sha256",))}
         return self

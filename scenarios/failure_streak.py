@@ -22,6 +22,7 @@ from . import register
 
 @dataclass
 class FailureStreakConfig(ScenarioConfig):
+    grid_axes = ("failures",)
     family: str = "failure_streak"
     name: str = "failure_streak"
     failures: list[int] = field(default_factory=lambda: [1, 3, 5, 8])

@@ -29,6 +29,7 @@ MODES = ("identical", "paginated")
 
 @dataclass
 class LoopGuardConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "loop_guard"
     name: str = "loop_guard"
     mode: list[str] = field(default_factory=lambda: list(MODES))

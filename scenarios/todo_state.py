@@ -28,6 +28,7 @@ ASKS = ("current", "next", "remaining")
 
 @dataclass
 class TodoStateConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "todo_state"
     name: str = "todo_state"
     goal: str = "add cursor pagination to the orders API"

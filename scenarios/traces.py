@@ -38,6 +38,9 @@ class TracesConfig(ScenarioConfig):
     rule_target: Optional[str] = None
     rule_limit: Optional[int] = None
 
+    def planned_episodes(self) -> None:
+        return None  # one per trace, known once the file is read (make_plan checks the size then)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         require(Path(self.path).expanduser().exists(), "scenario.path", f"{self.path!r} does not exist")

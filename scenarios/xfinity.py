@@ -23,6 +23,7 @@ GRID_AXES = ("calls_made", "other_companies", "distractor_turns", "placement")
 
 @dataclass
 class XfinityConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "xfinity"
     name: str = "xfinity"
     target: str = "Xfinity"
