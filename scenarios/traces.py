@@ -161,7 +161,10 @@ def build(cfg: TracesConfig) -> list[Episode]:
 
     episodes: dict[str, Episode] = {}
     for where, row in _rows(Path(cfg.path).expanduser()):
-        ep = row_episode(row, where) if "expected" in row and "family" in row else _trace_episode(cfg, row, where)
+        try:
+            ep = row_episode(row, where) if "expected" in row and "family" in row else _trace_episode(cfg, row, where)
+        except RecursionError:  # parsed, but too deep to walk, hash or render
+            raise ConfigError(f"{where}: nested too deeply to use") from None
         episodes.setdefault(ep.id, ep)  # an exported grid has one row per condition
     if not episodes:
         raise ConfigError(f"scenario.path: {cfg.path} holds no traces")

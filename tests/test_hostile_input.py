@@ -92,3 +92,134 @@ def test_lines_end_at_newline_only(sep):
     text = json.dumps({"t": f"a{sep}b"}, ensure_ascii=False) + "\n" + json.dumps({"t": 2}) + "\n"
     for data in (text, text.encode("utf-8")):
         assert list(iter_lines(data, "f")) == [(1, {"t": f"a{sep}b"}), (2, {"t": 2})]
+
+
+# --- files a user hands us: refused at load, naming file, line and field -----------------------------
+
+BAD_SCRIPTED = [
+    # (line 2 of the file, fragment of the message)
+    (b"[" * 100_000 + b"]" * 100_000, "line 2 is nested too deeply"),
+    (b'{"text": "caf\xe9"}', "line 2 is not valid UTF-8"),
+    (b'{"text": "x", "replicate": ' + b"7" * 5000 + b"}", "line 2 is not valid JSON (Exceeds the limit"),
+    (b'{"text": "x", "tool_calls": 5}', "line 2: field 'tool_calls' must be list"),
+    (b'{"text": "x", "tool_calls": [5]}', "line 2: field 'tool_calls' item 0 must be an object"),
+    (b'{"text": "x", "usage": "abc"}', "line 2: field 'usage' must be dict"),
+    (b'{"text": "x", "usage": {"prompt_tokens": "abc"}}', "line 2: usage.prompt_tokens must be a token count"),
+    (b'{"text": "x", "usage": {"completion_tokens": -3}}', "line 2: usage.completion_tokens must be a token count"),
+    (b'{"text": "x", "usage": {"completion_tokens": 1.5}}', "line 2: usage.completion_tokens must be a token count"),
+    (b'{"text": "x", "usage": {"prompt_tokens": NaN}}', "line 2 is not valid JSON (NaN is not JSON)"),
+    (b'{"text": "x", "usage": {"prompt_tokens": Infinity}}', "line 2 is not valid JSON (Infinity is not JSON)"),
+    (b'{"text": "x", "usage": {"prompt_tokens": 1e400}}', "line 2: usage.prompt_tokens must be a token count"),
+    (b'{"episode_id": ["a"], "condition": "none", "text": "x"}', "line 2: field 'episode_id' must be str"),
+    (b'{"text": 5}', "line 2: field 'text' must be str"),
+    (b'{"text": "x", "replicate": true}', "line 2: field 'replicate' must be int"),
+    (b'"just a string"', "line 2 must be a JSON object, got str"),
+    (b'["a", "list"]', "line 2 must be a JSON object, got list"),
+    (b"null", "line 2 must be a JSON object, got null"),
+]
+
+
+@pytest.mark.parametrize("line, fragment", BAD_SCRIPTED, ids=[f[:40] for _, f in BAD_SCRIPTED])
+def test_bad_scripted_lines_are_named(tmp_path: Path, line: bytes, fragment: str):
+    path = tmp_path / "completions.jsonl"
+    path.write_bytes(b'{"text": "fine"}\n' + line + b"\n")
+    with pytest.raises(ConfigError) as err:
+        load_lines(str(path))
+    assert str(path) in str(err.value) and fragment in str(err.value), str(err.value)
+
+
+RULE = {"tool": "ping", "arg": "host", "target": "h", "limit": 1}
+MESSAGES = [{"role": "user", "content": "hi"}]
+BAD_TRACES = [
+    ({"messages": MESSAGES, "rule": {**RULE, "limit": -1}}, "field 'rule.limit' must be an integer >= 1, got -1"),
+    ({"messages": MESSAGES, "rule": {**RULE, "limit": True}}, "field 'rule.limit' must be an integer >= 1, got True"),
+    ({"messages": MESSAGES, "rule": {**RULE, "limit": "2"}}, "field 'rule.limit' must be an integer >= 1"),
+    ({"messages": MESSAGES, "rule": {**RULE, "target": ""}}, "field 'rule.target' must be a non-empty string"),
+    ({"messages": MESSAGES, "rule": "abc"}, "field 'rule'"),
+    ({"messages": MESSAGES, "rule": [1]}, "field 'rule' must be an object"),
+    ({"messages": 5, "rule": RULE}, "field 'messages' must be a list of chat messages, got int"),
+    ({"messages": [{"role": "user", "content": 5}], "rule": RULE}, "messages[0].content must be a string"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": 5}, {"role": "user", "content": "q"}],
+      "rule": RULE}, "messages[1].tool_calls must be a list of calls"),
+    ({"messages": MESSAGES, "rule": RULE, "tools": "abc"}, "field 'tools'"),
+    ({"messages": MESSAGES, "rule": RULE, "id": ["a"]}, "field 'id' must be a string or an integer"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"function": {
+        "name": "ping", "arguments": '{"host": ' + "[" * 50_000 + "]" * 50_000 + "}"}}]}, {"role": "user", "content": "q"}],
+      "rule": RULE}, "arguments are not readable JSON (RecursionError"),
+    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [{"function": {
+        "name": "ping", "arguments": '{"host": ' + "9" * 5000 + "}"}}]}, {"role": "user", "content": "q"}],
+      "rule": RULE}, "arguments are not readable JSON (ValueError"),
+    ({"family": "xfinity", "expected": "refused", "messages": "[]"}, "exported episode lacks field 'id'"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "q", "x": json.loads("[" * 950 + "]" * 950)}]}],
+      "rule": RULE}, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("row, fragment", BAD_TRACES, ids=[f[:40] for _, f in BAD_TRACES])
+def test_bad_trace_rows_are_named(tmp_path: Path, row, fragment):
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps({"messages": MESSAGES, "rule": RULE}) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ConfigError) as err:
+        scenarios.build_episodes(make_cfg("scenario=traces", f"scenario.path={path}").scenario)
+    assert f"{path} line 2" in str(err.value) and fragment in str(err.value), str(err.value)
+
+
+def test_a_bad_user_file_writes_nothing(tmp_path: Path):
+    completions = tmp_path / "c.jsonl"
+    completions.write_text('{"text": "x", "usage": {"prompt_tokens": "abc"}}\n')
+    res = run_cli("backend=scripted", f"backend.path={completions}", "backend.match=order", f"run.root={tmp_path / 'out'}")
+    assert res.returncode == 2 and "line 1: usage.prompt_tokens must be a token count" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("edited")
+    completions = root / "c.jsonl"
+    completions.write_text(json.dumps({"text": "I won't call again."}) + "\n")
+    args = ["backend=scripted", f"backend.path={completions}", "backend.match=order", f"run.root={root}", "run.name=r",
+            "scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "run.report=false"]
+    assert run_cli(*args).returncode == 0
+    return root / "status_ablation" / "r", args
+
+
+EDITS = [
+    ("records.jsonl", lambda t: t + '{"episode_id": "e", "label": "refused"}\n', "records.jsonl line 9 lacks field 'sample_id'"),  # after 8 records
+    ("records.jsonl", lambda t: t.replace("\n", "\nnull\n", 1), "records.jsonl line 2 must be a JSON object, got null"),
+    ("manifest.json", lambda t: t[: len(t) // 2], "manifest.json line"),
+]
+
+
+@pytest.mark.parametrize("name, edit, fragment", EDITS, ids=[f for _, _, f in EDITS])
+def test_a_hand_edited_run_is_named_and_left_alone(tmp_path: Path, finished_run, name, edit, fragment):
+    import shutil
+
+    src, args = finished_run
+    run = tmp_path / "status_ablation" / "r"
+    shutil.copytree(src, run)
+    (run / name).write_text(edit((run / name).read_text()))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".lock")}
+    res = run_cli(*[a if not a.startswith("run.root=") else f"run.root={tmp_path}" for a in args])
+    assert res.returncode == 2 and fragment in res.stderr and "Traceback" not in res.stderr, res.stderr
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".lock")}
+    assert after == before  # nothing rewritten
+    if name == "records.jsonl":  # the report names the line too, and exits 2
+        import subprocess
+        import sys
+
+        rep = subprocess.run([sys.executable, "-m", "analysis.report", str(run), "--out", str(tmp_path / "rep")],
+                             capture_output=True, text=True, timeout=300)
+        assert rep.returncode != 0 and fragment in rep.stderr and "Traceback" not in rep.stderr, rep.stderr
+
+
+def test_records_stay_strict_json(tmp_path: Path):
+    with RunStore(tmp_path) as store:
+        store.append([_record("a", "ok")], [])
+        bad = _record("b", "x")
+        bad.latency_s = float("nan")
+        with pytest.raises(ValueError, match="JSON compliant"):
+            store.append([bad], [])
+    assert [r["sample_id"] for r in read_jsonl(tmp_path / "records.jsonl")] == ["a"]
+    with pytest.raises(RunDirError, match="line 2 is not valid JSON \\(NaN is not JSON\\)"):
+        (tmp_path / "records.jsonl").write_text((tmp_path / "records.jsonl").read_text() + '{"sample_id": "c", "x": NaN}\n')
+        read_jsonl(tmp_path / "records.jsonl")
