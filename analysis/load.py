@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.files import replacing
 from harness.plan import SHARDS_DIR, run_parts
 from harness.store import read_jsonl
 
@@ -103,16 +104,14 @@ def _write_cache(df: pd.DataFrame, path: Path, jsonl_size: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         table = pa.Table.from_pandas(df, preserve_index=False)
         meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_size": str(jsonl_size).encode(),
                 b"statusbench_cache": CACHE_VERSION.encode()}
-        pq.write_table(table.replace_schema_metadata(meta), tmp)
-        os.replace(tmp, path)  # readers never see a half-written cache
-    except (OSError, pa.ArrowException) as exc:  # e.g. a read-only results directory: load without the cache
+        with replacing(path) as tmp:  # readers never see a half-written cache
+            pq.write_table(table.replace_schema_metadata(meta), tmp)
+    except (OSError, pa.ArrowException) as exc:  # e.g. a read-only or full disk: load without the cache
         log.warning("could not write the parquet cache %s: %s", path, exc)
-        tmp.unlink(missing_ok=True)
 
 
 def run_labels(run_dirs: list[Path]) -> dict[str, str]:

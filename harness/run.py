@@ -112,6 +112,11 @@ def main(dcfg: DictConfig) -> None:
     except (ConfigError, RunDirError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:  # a full or read-only disk: said in words, what was written is kept
+        from harness.files import os_error_message
+
+        print(f"statusbench: error: {os_error_message(exc)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def check_yaml(argv: list[str]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
+from harness.files import write_file
 from harness.jsonl import iter_lines
 from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
 
@@ -38,12 +39,19 @@ def _append_lines(path: Path, lines: Iterable[str]) -> None:
 
 
 def _append_bytes(path: Path, data: bytes) -> None:
+    """All of data appended, or (a full disk) the file cut back to what it held before."""
     if not data:
         return
     with open(path, "ab") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+        size = fh.tell()
+        try:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except OSError as exc:
+            fh.truncate(size)
+            exc.filename = exc.filename or str(path)
+            raise
 
 
 def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -130,9 +138,7 @@ class RunStore:
         _append_lines(self.records_path, (canonical_json(asdict(r)) for r in records))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        tmp = self.manifest_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, self.manifest_path)
+        write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
     def read_manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
