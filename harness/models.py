@@ -53,6 +53,18 @@ def _convert(gguf: Path, dest: Path) -> None:
     tmp.rename(dest)  # atomic: a half-written folder is never taken for a cache hit
 
 
+def remove_stale_conversions(cache: Path) -> None:
+    """Remove `<model>.tmp-<pid>` folders whose process is gone: a conversion killed mid-way
+    (155 MB for SmolLM2) would otherwise stay in the cache forever. A live pid's folder is kept."""
+    import psutil
+
+    for tmp in cache.glob("*.tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1]
+        if tmp.is_dir() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            log.info("removing %s, left by a conversion that did not finish (process %s is gone)", tmp, pid)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     """(path or HF id to load from, revision). Converts a packaged GGUF on first use."""
     if not cfg.gguf_package:
@@ -65,6 +77,7 @@ def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     cache.mkdir(parents=True, exist_ok=True)
     dest = cache / f"{cfg.name}-{digest}"
     with FileLock(str(dest) + ".lock"):
+        remove_stale_conversions(cache)
         if not dest.is_dir():
             _convert(gguf, dest)
     return str(dest), f"gguf-sha256:{digest}"

@@ -75,3 +75,12 @@ def test_sampling_depends_on_the_seed_not_the_batch(backend):
     alone = backend._decode(prompts[:1], gen, [11])
     assert together[0].tokens == alone[0].tokens
     assert backend._decode(prompts[:1], gen, [11])[0].tokens == alone[0].tokens
+
+
+def test_a_prompt_over_the_context_is_an_error_record_for_that_sample(backend):
+    req = make_plan(make_cfg(*TINY))[0].request
+    messages = [*req.messages[:-1], {"role": "user", "content": "status? " * 9000}]  # ~18k tokens > SmolLM2's 8192
+    long, short = backend.generate([replace(req, messages=messages), req])
+    assert long.error.startswith("prompt too long:") and f"context is {backend.context}" in long.error
+    assert long.prompt_tokens >= backend.context and long.completion_tokens is None
+    assert short.error is None and short.completion_tokens >= 1

@@ -99,3 +99,24 @@ def test_the_gate_exits_1_only_for_a_drop(monkeypatch, capsys):
     assert regress.guarded_main([]) == 2 and "the disk is full (/runs/x/records.parquet)" in capsys.readouterr().err
     monkeypatch.setattr(regress, "main", lambda argv: 1 / 0)
     assert regress.guarded_main([]) == 2
+
+
+def test_stale_conversion_folders_of_dead_processes_are_removed(tmp_path: Path):
+    import os
+
+    from harness import models
+    from tests.conftest import make_cfg
+
+    cfg = make_cfg(f"model.cache_dir={tmp_path}").model
+    cache = tmp_path / "models"
+    digest = models._file_digest(models._gguf_path(cfg))[:16]
+    (cache / f"{cfg.name}-{digest}").mkdir(parents=True)  # already converted: resolve loads nothing
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = cache / f"{cfg.name}-{digest}.tmp-{int(dead.stdout)}"
+    live = cache / f"other-model.tmp-{os.getpid()}"  # a conversion in progress in a live process
+    for d in (stale, live):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"x" * 1000)
+    path, _ = models.resolve(cfg)
+    assert path == str(cache / f"{cfg.name}-{digest}")
+    assert not stale.exists() and live.exists()

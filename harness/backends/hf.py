@@ -59,6 +59,8 @@ class HFBackend:
         self.eos_ids = eos
         vocab = self.tokenizer.get_vocab()
         self.think_end_id = vocab.get("</think>")
+        # the longest sequence the weights were trained for; a longer prompt is an error record, as in vllm
+        self.context = getattr(self.model.config, "max_position_embeddings", None)
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
@@ -82,6 +84,10 @@ class HFBackend:
                 out[i] = Completion(error=f"template: {type(exc).__name__}: {exc}")
                 continue
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if self.context and len(ids) >= self.context:  # prefilling it would take minutes to produce garbage
+                out[i] = Completion(prompt_text=text, prompt_tokens=len(ids),
+                                    error=f"prompt too long: {len(ids)} tokens, the model's context is {self.context}")
+                continue
             groups.setdefault(_gen_key(req.generation), []).append((i, text, ids))
         for items in groups.values():
             decoded = self._decode([ids for _, _, ids in items], requests[items[0][0]].generation,
