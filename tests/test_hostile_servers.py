@@ -39,6 +39,12 @@ def test_a_malformed_200_fails_only_its_sample(monkeypatch, fate, reason):
     assert len(ok) == server.served["ok"] and all(c.text and c.prompt_tokens is not None for c in ok)
 
 
+def test_a_streamed_html_200_is_an_error_not_an_empty_answer(monkeypatch):
+    with FaultServer(seed=5, fates={"html": 1.0}) as server:
+        completions = _generate(server, monkeypatch, "backend.stream=true", "scenario.calls_made=[3]")
+    assert all(c.error and "no chat completion chunks" in c.error for c in completions), completions[0]
+
+
 def test_a_trickling_body_ends_at_the_overall_deadline(monkeypatch):
     # one byte every 0.3 s keeps every read under timeout_s; only the overall deadline ends the request
     with FaultServer(fates={"trickle": 1.0}, trickle_s=0.3) as server:

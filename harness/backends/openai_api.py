@@ -218,7 +218,9 @@ class OpenAIBackend:
         content, reasoning, calls = [], [], {}
         usage, finish, ttft = None, None, None
         stream = await client.chat.completions.create(**kwargs)
+        chunks = 0
         async for chunk in stream:
+            chunks += 1
             if chunk.usage is not None:
                 usage = chunk.usage
             for choice in chunk.choices or []:
@@ -231,5 +233,7 @@ class OpenAIBackend:
                 reasoning.append(thought)
                 merge_tool_call_deltas(calls, delta.tool_calls or [])
                 finish = choice.finish_reason or finish
+        if not chunks:  # e.g. a 200 HTML page: no event at all is not an empty answer
+            raise ValueError("the stream carried no chat completion chunks")
         return to_completion("".join(content), "".join(reasoning), [calls[i] for i in sorted(calls)], usage, finish,
                              time.perf_counter() - t0, ttft)
