@@ -70,3 +70,19 @@ def test_an_echoed_key_is_redacted_everywhere(tmp_path: Path):
     for path in written:
         assert SECRET.encode() not in path.read_bytes(), path
     assert SECRET not in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("usage, reason", [
+    ({"prompt_tokens": float("inf"), "completion_tokens": 3}, "usage.prompt_tokens must be a token count"),
+    ({"prompt_tokens": float("nan"), "completion_tokens": 3}, "usage.prompt_tokens must be a token count"),
+    ({"prompt_tokens": 5, "completion_tokens": -1}, "usage.completion_tokens must be a token count"),
+    ({"prompt_tokens": 5, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 4}},
+     "4 reasoning tokens exceed the 2 completion tokens"),
+])
+def test_impossible_token_counts_are_refused(usage, reason):
+    from openai.types import CompletionUsage
+
+    from harness.backends.openai_api import to_completion
+
+    with pytest.raises(ValueError, match=reason):
+        to_completion("hi", "", [], CompletionUsage.construct(**usage), "stop", 0.1, None)
