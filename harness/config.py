@@ -360,8 +360,9 @@ def to_typed(cfg: DictConfig) -> Config:
         raise ConfigError(str(exc).splitlines()[0] + (f" (key: {exc.full_key})" if getattr(exc, "full_key", None) else "")) from None
     assert isinstance(typed, Config)
     unknown = unknown_keys(OmegaConf.to_container(cfg, resolve=False), typed)
-    require(not unknown, unknown[0] if unknown else "", f"unknown key (not a field of the schema); check the spelling"
-            + (f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+    if unknown:  # named by key only: a value may be a secret
+        also = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+        raise ConfigError(f"{unknown[0]}: unknown key (not a field of the schema); check the spelling{also}")
     return typed
 
 

@@ -6,7 +6,8 @@ experiment.name, or over a running run's `.hydra/` for a refused second writer).
 callback (registered in conf/config.yaml) runs at `on_run_start`, after composition and before
 any write: it types the config (schemas, unknown keys, names, plan size), loads the user's files
 (traces, scripted completions: refused naming file, line and field) and probes the writer lock.
-A multirun checks its base config; each job is checked again as it starts.
+A multirun checks its base config here; a swept value is checked as its job starts, after Hydra
+has written that job's directory.
 """
 from __future__ import annotations
 

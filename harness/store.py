@@ -65,7 +65,7 @@ def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = 
     if good_end < len(raw) and raw[good_end:].strip():
         try:
             complete = isinstance(json.loads(raw[good_end:]), dict)
-        except ValueError:
+        except (ValueError, RecursionError):
             complete = False
         if complete:
             if repair:
