@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.files import atomic_path
 from harness.rundir import find_runs, run_parts
 from harness.store import read_jsonl
 
@@ -40,10 +41,7 @@ COLUMNS: dict[str, str] = {
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
 
 
-def _parse(rows: list[dict], path: Path) -> pd.DataFrame:
-    missing = sorted({k for r in rows for k in REQUIRED if k not in r})
-    if missing:
-        raise ValueError(f"{path}: records lack required fields {missing}; is this a statusbench records file?")
+def _parse(rows: list[dict]) -> pd.DataFrame:
     for r in rows:  # a list of dicts does not fit one parquet column type; keep it as JSON text
         r["tool_calls"] = json.dumps(r.get("tool_calls") or [], sort_keys=True)
     df = pd.DataFrame([_flatten(r) for r in rows])
@@ -96,7 +94,7 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
         meta = pq.read_schema(cached).metadata or {}
         if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
             return pd.read_parquet(cached)
-    df = _parse(read_jsonl(path), path)
+    df = _parse(read_jsonl(path, required=REQUIRED))  # a line lacking one is named
     if cache and not df.empty:
         _write_cache(df, cached, size)
     return df
@@ -106,16 +104,14 @@ def _write_cache(df: pd.DataFrame, path: Path, jsonl_size: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         table = pa.Table.from_pandas(df, preserve_index=False)
         meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_size": str(jsonl_size).encode(),
                 b"statusbench_cache": CACHE_VERSION.encode()}
-        pq.write_table(table.replace_schema_metadata(meta), tmp)
-        os.replace(tmp, path)  # readers never see a half-written cache
-    except (OSError, pa.ArrowException) as exc:  # e.g. a read-only results directory: load without the cache
+        with atomic_path(path) as tmp:  # readers never see a half-written cache
+            pq.write_table(table.replace_schema_metadata(meta), tmp)
+    except (OSError, pa.ArrowException) as exc:  # e.g. a read-only or full disk: load without the cache
         log.warning("could not write the parquet cache %s: %s", path, exc)
-        tmp.unlink(missing_ok=True)
 
 
 def run_labels(run_dirs: list[Path]) -> dict[str, str]:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from analysis import tables
 from analysis.load import grid_columns, load_records
+from harness.files import os_error_message
 from harness.rundir import PROMPTS, run_parts
 from harness.store import read_jsonl
 
@@ -226,5 +227,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def guarded_main(argv: list[str] | None = None) -> int:
+    """main, with exit status 1 kept for a significant drop: anything else that fails (a full or
+    read-only disk, a bug) exits 2, so a CI gate never reads a crash as a regression."""
+    try:
+        return main(argv)
+    except OSError as exc:
+        print(f"statusbench regress: error: {os_error_message(exc)}", file=sys.stderr)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+    return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded_main())

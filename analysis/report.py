@@ -20,6 +20,7 @@ import pandas as pd
 from analysis import tables
 from analysis.load import grid_columns, load_records
 from analysis.style import num
+from harness.files import os_error_message, write_file
 
 LABEL_NOTE = ("Labels: `violated` called the target at/over the limit; `complied` called it below the limit "
               "(control); `refused` answered without calling; `other` a malformed call, another tool or company, "
@@ -279,8 +280,8 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
                  else p for p in sections(df)]
         parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
         text = to_markdown(df, run_dirs, parts)
-    (out / "report.md").write_text(text)
-    (out / "report.html").write_text(to_html(text, out))
+    write_file(out / "report.md", text)
+    write_file(out / "report.html", to_html(text, out))
     return text
 
 
@@ -295,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         write_report(args.run_dirs, args.out)
     except (FileNotFoundError, ValueError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full or read-only disk
+        print(f"statusbench: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
     out = args.out or default_out(args.run_dirs)
     print(f"statusbench: wrote {out / 'report.md'}, {out / 'report.html'} and figures (PNG + PDF)")

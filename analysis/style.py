@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from harness.files import atomic_path
+
 # Okabe & Ito (2008), "Color Universal Design"; black last so it is free for errors
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]
 LABEL_COLORS = {"violated": "#D55E00", "complied": "#009E73", "refused": "#0072B2", "other": "#E69F00",
@@ -48,5 +50,7 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     with paper_style():
         for p in paths:
-            fig.savefig(p, metadata={"Software": "statusbench"} if p.suffix == ".png" else {"Creator": "statusbench"})
+            with atomic_path(p) as tmp:  # a full disk leaves no empty figure behind
+                fig.savefig(tmp, format=p.suffix[1:],
+                            metadata={"Software": "statusbench"} if p.suffix == ".png" else {"Creator": "statusbench"})
     return paths

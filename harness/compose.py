@@ -3,10 +3,11 @@ ConfigStore (the core ones, every backend's and every scenario family's), compos
 Hydra's main for tools and tests, and one-line errors for command-line entry points."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -46,9 +47,27 @@ def to_typed(cfg: DictConfig, check_machine: bool = True) -> Config:
             raise cause from None
         raise ConfigError(str(exc).splitlines()[0] + (f" (key: {exc.full_key})" if getattr(exc, "full_key", None) else "")) from None
     assert isinstance(typed, Config)
+    unknown = unknown_keys(OmegaConf.to_container(cfg, resolve=False), typed)
+    if unknown:  # named by key only: a value may be a secret
+        also = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+        raise ConfigError(f"{unknown[0]}: unknown key (not a field of the schema); check the spelling{also}")
     if check_machine:
         typed.check_machine()
     return typed
+
+
+def unknown_keys(node: Any, typed: Any, prefix: str = "") -> list[str]:
+    """Keys of the composed config that no schema field takes. `+key=value` adds a key to a typed
+    node, and OmegaConf.to_object then sets it as a stray attribute instead of refusing it."""
+    if not isinstance(node, dict):
+        return []
+    if dataclasses.is_dataclass(typed):
+        names = {f.name for f in dataclasses.fields(typed)}
+        return [k for key, value in node.items() if key != "hydra"
+                for k in ([f"{prefix}{key}"] if key not in names else unknown_keys(value, getattr(typed, key), f"{prefix}{key}."))]
+    if isinstance(typed, dict):  # e.g. conditions: name -> ConditionConfig; free-form dicts hold no dataclass
+        return [k for key, value in node.items() if key in typed for k in unknown_keys(value, typed[key], f"{prefix}{key}.")]
+    return []
 
 
 def compose_config(overrides: list[str], check_machine: bool = True) -> Config:

@@ -10,10 +10,11 @@ beside their family (scenarios/).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from omegaconf import MISSING
 
@@ -205,12 +206,19 @@ class ScenarioConfig:
     name: str = MISSING
     seed: int = 0
     episodes_per_cell: int = 1
+    # the list fields whose product is the grid; each cell yields episodes_per_cell episodes
+    grid_axes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         require(self.episodes_per_cell >= 1, "scenario.episodes_per_cell", f"must be >= 1, got {self.episodes_per_cell}")
 
     def check_machine(self) -> None:
         """Checks of files the family reads (after composition)."""
+
+    def planned_episodes(self) -> int | None:
+        """Episodes the family will build, known before building them (the plan-size guard); None
+        when only building tells (a user's traces)."""
+        return math.prod(len(getattr(self, a)) for a in self.grid_axes) * self.episodes_per_cell
 
 
 @dataclass
@@ -221,6 +229,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         require(self.replicates >= 1, "experiment.replicates", f"must be >= 1, got {self.replicates}")
+        require(is_dir_name(self.name), "experiment.name", f"not a directory name: {self.name!r}")
 
 
 @dataclass
@@ -238,10 +247,13 @@ class RunConfig:
     # add samples of another config (more episodes, conditions, replicates, another scripted file) to
     # an existing run on purpose; without it a run directory holds one experiment (harness.fingerprint)
     extend: bool = False
+    # the largest plan built (episodes x conditions x replicates); the plan is held in memory
+    max_samples: int = 200_000
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")
-        require("/" not in self.name and self.name not in ("", ".", ".."), "run.name", f"not a directory name: {self.name!r}")
+        require(is_dir_name(self.name), "run.name", f"not a directory name: {self.name!r}")
+        require(self.max_samples >= 1, "run.max_samples", f"must be >= 1, got {self.max_samples}")
         if self.shard is not None:
             parse_shard(self.shard)
 
@@ -249,6 +261,11 @@ class RunConfig:
     def shard_spec(self) -> tuple[int, int] | None:
         """(i, n) of run.shard, or None when the job runs the whole plan."""
         return None if self.shard is None else parse_shard(self.shard)
+
+
+def is_dir_name(name: str) -> bool:
+    """One path component: the run directory stays inside run.root."""
+    return "/" not in name and "\\" not in name and "\0" not in name and name.strip() not in ("", ".", "..")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -286,6 +303,16 @@ class Config:
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        episodes = self.scenario.planned_episodes()
+        if episodes is not None:  # a grid family: refused before a single episode is built
+            self.check_plan_size(episodes)
+
+    def check_plan_size(self, episodes: int) -> None:
+        samples = episodes * len(self.conditions) * self.experiment.replicates
+        require(samples <= self.run.max_samples, "run.max_samples",
+                f"the plan would hold {samples:,} samples ({episodes:,} episodes x {len(self.conditions)} conditions x "
+                f"{self.experiment.replicates:,} replicates), over the limit of {self.run.max_samples:,}; shrink the grid "
+                "or raise run.max_samples")
 
     def check_machine(self) -> None:
         for part in (self.model, self.backend, self.scenario):

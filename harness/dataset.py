@@ -9,8 +9,7 @@ writes the grid of the composed config, so a frozen benchmark version can be pub
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import asdict, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +32,27 @@ def episode_row(episode: Episode) -> dict[str, Any]:
     return {k: canonical_json(v) if k in JSON_FIELDS else v for k, v in row.items()}
 
 
-def row_episode(row: dict[str, Any]) -> Episode:
-    values = {f.name: json.loads(row[f.name]) if f.name in JSON_FIELDS else row[f.name] for f in fields(Episode)}
-    values["rule"] = Rule(**values["rule"])
-    return Episode(**values)
+def row_episode(row: dict[str, Any], where: str = "row") -> Episode:
+    """The Episode an exported row holds; ConfigError naming `where` and the field if it does not."""
+    from harness.errors import ConfigError
+    from harness.jsonl import parse_line
+
+    values = {}
+    for f in fields(Episode):
+        if f.name not in row and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(f"{where}: exported episode lacks field {f.name!r}")
+        if f.name in row:
+            value = row[f.name]
+            if f.name in JSON_FIELDS:
+                if not isinstance(value, str):
+                    raise ConfigError(f"{where}: field {f.name!r} must be JSON text, got {type(value).__name__}")
+                value = parse_line(value, f"{where}, field {f.name!r}", 1, ConfigError)
+            values[f.name] = value
+    try:
+        values["rule"] = Rule(**values["rule"])
+        return Episode(**values)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: not an exported episode ({exc})") from None
 
 
 def grid_rows(cfg: Any) -> list[dict[str, Any]]:

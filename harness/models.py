@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from harness.atomic import atomic_path
+from harness.files import TMP_MARK, atomic_path
 from harness.config import ModelConfig
 from harness.errors import ConfigError
 
@@ -65,6 +65,19 @@ def converted_if_cached(cfg: ModelConfig) -> Path | None:
     return dest if dest.is_dir() else None
 
 
+def remove_stale_conversions(cache: Path) -> None:
+    """Remove the temporary folders (`harness.files.temporary_name`) of conversions whose process is
+    gone: one killed mid-way (155 MB for SmolLM2) would otherwise stay in the cache forever. A live
+    pid's folder is kept."""
+    import psutil
+
+    for tmp in cache.glob(f"*{TMP_MARK}*"):
+        pid = tmp.name.rsplit(TMP_MARK, 1)[1]
+        if tmp.is_dir() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            log.info("removing %s, left by a conversion that did not finish (process %s is gone)", tmp, pid)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     """(path or HF id to load from, revision). Converts a packaged GGUF on first use."""
     if not cfg.gguf_package:
@@ -74,6 +87,7 @@ def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     gguf, dest, digest = _converted(cfg)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
+        remove_stale_conversions(cache)
         if not dest.is_dir():
             _convert(gguf, dest)
     return str(dest), f"gguf-sha256:{digest}"

@@ -36,6 +36,7 @@ def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
 
 def make_plan(cfg: Config) -> list[Sample]:
     episodes = scenarios.build_episodes(cfg.scenario)
+    cfg.check_plan_size(len(episodes))
     gen = GenerationSettings(**asdict(cfg.model.generation))
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": asdict(gen)}
     samples: list[Sample] = []

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.atomic import atomic_path
+from harness.files import atomic_path
 from harness.errors import ConfigError
 
 # from Qwen2/Qwen3's tokenizer.json; note \p{N} one digit at a time (TikTokenConverter's default groups 3)

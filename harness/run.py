@@ -124,13 +124,20 @@ def main(dcfg: DictConfig) -> None:
     try:
         cfg = to_typed(dcfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
-        if cfg.run.report:
+        counts = execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
+        if cfg.run.report and not counts["planned"]:  # no episode hashed to this shard: no records to report on
+            print(f"statusbench: run.shard={cfg.run.shard} holds none of the plan's episodes; no report")
+        elif cfg.run.report:
             from analysis.report import write_report
 
             print(write_report([run_dir]))
     except (ConfigError, RunDirError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:  # a full or read-only disk: said in words, what was written is kept
+        from harness.files import os_error_message
+
+        print(f"statusbench: error: {os_error_message(exc)}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -154,6 +161,17 @@ def check_yaml(argv: list[str]) -> None:
             sys.exit(2)
 
 
+def check_secrets(argv: list[str]) -> None:
+    """A key on the command line is refused before Hydra composes (its own errors echo values) or writes."""
+    from harness.secrets_guard import argv_secret_error
+
+    message = argv_secret_error(argv)
+    if message:
+        print(f"statusbench: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    check_secrets(sys.argv[1:])
     check_yaml(sys.argv[1:])
     main()

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from filelock import FileLock, Timeout
 
-from harness import atomic
+from harness.files import write_file
 from harness.jsonl import iter_lines
 from harness.rundir import MANIFEST, PROMPTS, RECORDS
 from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
@@ -36,28 +36,67 @@ def prompt_hash(rendered: str | None, messages: list[Message], tools: list[dict]
 
 
 def _append_lines(path: Path, lines: Iterable[str]) -> None:
-    data = "".join(line + "\n" for line in lines)
+    # backslashreplace: a lone surrogate from model output is written as its JSON escape and reads back intact
+    _append_bytes(path, "".join(line + "\n" for line in lines).encode("utf-8", errors="backslashreplace"))
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    """All of data appended, or (a full disk) the file cut back to what it held before."""
     if not data:
         return
-    # backslashreplace: a lone surrogate from model output is written as its JSON escape and reads back intact
-    with open(path, "a", encoding="utf-8", errors="backslashreplace") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    with open(path, "ab") as fh:
+        size = fh.tell()
+        try:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except OSError as exc:
+            fh.truncate(size)
+            exc.filename = exc.filename or str(path)
+            raise
 
 
-def read_jsonl(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
-    """All complete lines. A torn final line is dropped with a warning (and cut off if repair)."""
+def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """All complete lines, each an object with the `required` fields (else RunDirError naming the
+    line). A torn final line is dropped with a warning (and cut off if repair); a complete object
+    merely lacking its newline (a hand edit) is kept, and with repair given its newline."""
     if not path.exists():
         return []
     raw = path.read_bytes()
     good_end = raw.rfind(b"\n") + 1
-    if good_end < len(raw):
-        log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
-        if repair:
-            with open(path, "r+b") as fh:
-                fh.truncate(good_end)
-    return [row for _, row in iter_lines(raw[:good_end].decode("utf-8"), str(path), RunDirError)]
+    if good_end < len(raw) and raw[good_end:].strip():
+        try:
+            complete = isinstance(json.loads(raw[good_end:]), dict)
+        except (ValueError, RecursionError):
+            complete = False
+        if complete:
+            if repair:
+                _append_bytes(path, b"\n")
+            good_end = len(raw)
+        else:
+            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
+            if repair:
+                with open(path, "r+b") as fh:
+                    fh.truncate(good_end)
+    return [row for _, row in iter_lines(raw[:good_end], str(path), RunDirError, required)]
+
+
+def probe_lock(run_dir: Path) -> None:
+    """RunLockedError if another process holds run_dir's writer lock (checked before Hydra writes
+    `.hydra/` into it); nothing is created when the directory does not exist yet."""
+    run_dir = Path(run_dir)
+    if (run_dir / ".lock").exists():
+        lock = FileLock(str(run_dir / ".lock"))
+        _acquire(lock, run_dir)
+        lock.release()
+
+
+def _acquire(lock: FileLock, run_dir: Path) -> None:
+    try:
+        lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
+    except Timeout:
+        owner = (run_dir / ".lock.pid").read_text().strip() if (run_dir / ".lock.pid").exists() else "?"
+        raise RunLockedError(f"run directory {run_dir} is in use by another statusbench process (pid {owner})") from None
 
 
 def record_time(row: dict[str, Any]) -> datetime:
@@ -90,13 +129,9 @@ class RunStore:
         self._prompts: set[str] = set()
 
     def __enter__(self) -> "RunStore":
-        try:
-            self._lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
-        except Timeout:
-            owner = (self.dir / ".lock.pid").read_text().strip() if (self.dir / ".lock.pid").exists() else "?"
-            raise RunLockedError(f"run directory {self.dir} is in use by another statusbench process (pid {owner})") from None
+        _acquire(self._lock, self.dir)
         (self.dir / ".lock.pid").write_text(str(os.getpid()))
-        self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True)}
+        self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True, required=("prompt_sha256",))}
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -106,9 +141,9 @@ class RunStore:
         """Samples with a record here or in `elsewhere` (the other parts of the run: its parent and
         shards), the newest record of each by time. With retry_errors, samples whose newest record is an
         `error` are not done: they run again and the new record is the one analysis reads."""
-        rows = read_jsonl(self.records_path, repair=True)
+        rows = read_jsonl(self.records_path, repair=True, required=("sample_id",))
         for other in elsewhere:
-            rows += read_jsonl(Path(other) / "records.jsonl")
+            rows += read_jsonl(Path(other) / RECORDS, required=("sample_id",))
         for row in rows:
             if row.get("schema_version") != RECORD_SCHEMA_VERSION:
                 raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
@@ -127,7 +162,18 @@ class RunStore:
         _append_lines(self.records_path, (canonical_json(asdict(r)) for r in records))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        atomic.write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
     def read_manifest(self) -> dict[str, Any]:
-        return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            manifest = json.loads(self.manifest_path.read_bytes())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{self.manifest_path} line {exc.lineno} is not valid JSON ({exc.msg}); "
+                              "restore it or move the run directory aside") from None
+        except ValueError as exc:  # invalid UTF-8
+            raise RunDirError(f"{self.manifest_path} is not readable JSON ({exc})") from None
+        if not isinstance(manifest, dict):
+            raise RunDirError(f"{self.manifest_path} must hold a JSON object")
+        return manifest

@@ -12,8 +12,9 @@ RECORD_SCHEMA_VERSION = 1
 
 
 def canonical_json(obj: Any) -> str:
-    """One byte string per value: sorted keys, no whitespace, unicode kept."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """One byte string per value: sorted keys, no whitespace, unicode kept, strict JSON (a NaN or
+    infinity raises instead of writing a line other JSON readers refuse)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str)
 
 
 def sha256(text: str) -> str:

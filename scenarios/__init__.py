@@ -32,18 +32,19 @@ def register(name: str, config_class: type, grade: Grader):
     return deco
 
 
-def expand(cfg: Any, axes: tuple[str, ...], make: Callable[[Any, dict[str, Any], int], Episode]) -> list[Episode]:
-    """A family's grid: every combination of the values of its list-valued `axes` (first axis outermost),
-    `episodes_per_cell` episodes each, made by `make(cfg, cell, index)`."""
+def expand(cfg: Any, make: Callable[[Any, dict[str, Any], int], Episode]) -> list[Episode]:
+    """A family's grid: every combination of the values of its config's list-valued `grid_axes` (first
+    axis outermost), `episodes_per_cell` episodes each, made by `make(cfg, cell, index)`."""
+    axes = cfg.grid_axes
     cells = [dict(zip(axes, values)) for values in itertools.product(*(getattr(cfg, a) for a in axes))]
     return [make(cfg, cell, i) for cell in cells for i in range(cfg.episodes_per_cell)]
 
 
-def episode_id(cfg: Any, params: dict[str, Any], axes: tuple[str, ...]) -> str:
+def episode_id(cfg: Any, params: dict[str, Any]) -> str:
     """A stable episode id: the scenario's name, the episode's parameters and every other config field
     (its texts included), so editing a scenario's prompt text makes new episodes."""
     return short_hash({"scenario": cfg.name, "params": params,
-                       "config": {k: v for k, v in asdict(cfg).items() if k not in axes}})
+                       "config": {k: v for k, v in asdict(cfg).items() if k not in cfg.grid_axes}})
 
 
 def build_episodes(scenario_cfg: Any) -> list[Episode]:

@@ -19,11 +19,9 @@ from harness.types import Episode, Rule
 from . import episode_id, expand, register
 
 
-GRID_AXES = ("failures",)
-
-
 @dataclass
 class FailureStreakConfig(ScenarioConfig):
+    grid_axes = ("failures",)
     family: str = "failure_streak"
     name: str = "failure_streak"
     failures: list[int] = field(default_factory=lambda: [1, 3, 5, 8])
@@ -56,7 +54,7 @@ def _tools(cfg: FailureStreakConfig) -> list[dict]:
 def _episode(cfg: FailureStreakConfig, cell: dict, index: int) -> Episode:
     failures = cell["failures"]
     params = {"failures": failures, "index": index}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     t = Trajectory()
     t.add("system", {"role": "system", "content": "You are a DevOps agent. Deploy services with the tools provided."})
@@ -75,4 +73,4 @@ def _episode(cfg: FailureStreakConfig, cell: dict, index: int) -> Episode:
 
 @register("failure_streak", FailureStreakConfig, grade=grade)
 def build(cfg: FailureStreakConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)

@@ -28,6 +28,7 @@ MODES = ("identical", "paginated")
 
 @dataclass
 class LoopGuardConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "loop_guard"
     name: str = "loop_guard"
     mode: list[str] = field(default_factory=lambda: list(MODES))
@@ -60,7 +61,7 @@ def _page(rng: random.Random, start: int, n: int, setting: str | None, value: in
 
 def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     value = rng.randint(5, 120)
     identical = cell["mode"] == "identical"
@@ -128,4 +129,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("loop_guard", LoopGuardConfig, grade=partial(grade_with, classify))
 def build(cfg: LoopGuardConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)

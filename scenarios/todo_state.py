@@ -27,6 +27,7 @@ ASKS = ("current", "next", "remaining")
 
 @dataclass
 class TodoStateConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "todo_state"
     name: str = "todo_state"
     goal: str = "add cursor pagination to the orders API"
@@ -112,7 +113,7 @@ def _items(steps: list[str], done: int) -> list[dict]:
 
 def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index, "steps": len(cfg.steps)}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     t = Trajectory()
     t.add("system", {"role": "system", "content": (
@@ -200,4 +201,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("todo_state", TodoStateConfig, grade=partial(grade_with, classify))
 def build(cfg: TodoStateConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)

@@ -22,6 +22,7 @@ GRID_AXES = ("calls_made", "other_companies", "distractor_turns", "placement")
 
 @dataclass
 class XfinityConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "xfinity"
     name: str = "xfinity"
     target: str = "Xfinity"
@@ -64,6 +65,7 @@ class XfinityConfig(ScenarioConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.limit >= 1, "scenario.limit", f"must be >= 1, got {self.limit}")
+        require(bool(self.target.strip()), "scenario.target", "must name a target (an empty one matches every argument)")
         require(len(self.calls_made) > 0 and all(c >= 0 for c in self.calls_made), "scenario.calls_made",
                 f"needs at least one value, each >= 0, got {list(self.calls_made)}")
         require(len(self.other_companies) > 0 and all(0 <= o <= len(self.other_company_pool) for o in self.other_companies),
@@ -120,7 +122,7 @@ def _tool_schemas(cfg: XfinityConfig) -> list[dict]:
 
 def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "limit": cfg.limit, "target": cfg.target, "tool": cfg.tool, "index": index}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     city, day, user = rng.choice(CITIES), rng.choice(DAYS), rng.choice(cfg.user_names)
     fmt = {"target": cfg.target, "limit": cfg.limit, "action": cfg.action, "user": user, "day": day, "city": city}
@@ -174,4 +176,4 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
 
 @register("xfinity", XfinityConfig, grade=grade)
 def build(cfg: XfinityConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)

@@ -1,8 +1,11 @@
 """A stand-alone OpenAI-compatible chat server on 127.0.0.1 that injects faults in a seeded pattern.
 
 Each request draws its fate from a seeded RNG: a normal answer, 429, 500, 400 (the template
-rejection message real servers send), a hang past the client's timeout, or a dropped connection.
-Loopback only; every hang is bounded; the server stops when the test ends.
+rejection message real servers send), a hang past the client's timeout, or a dropped connection;
+and, from a hostile server, a 200 that is an HTML page (`html`), a choice whose message is null
+(`null_message`), usage counts as strings (`string_usage`), a 401 that echoes the Authorization
+header (`echo_key`), or a valid answer trickled one byte every `trickle_s` seconds (`trickle`).
+Loopback only; every hang and trickle is bounded; the server stops when the test ends.
 """
 from __future__ import annotations
 
@@ -20,11 +23,12 @@ REJECTION = "System message must be at the beginning."
 
 class FaultServer:
     def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0,
-                 delay_s: float = 0.0):
+                 delay_s: float = 0.0, trickle_s: float = 0.5):
         self.rng = random.Random(seed)
         self.fates = fates or FATES
         self.hang_s = hang_s
         self.delay_s = delay_s  # before every normal answer: a slow server, so a job can be stopped mid-run
+        self.trickle_s = trickle_s
         self.served: Counter[str] = Counter()
         self.auth_headers: set[str] = set()
         self.lock = threading.Lock()
@@ -51,13 +55,46 @@ class FaultServer:
                 elif fate == "hang":
                     time.sleep(server.hang_s)
                     self.connection.shutdown(socket.SHUT_RDWR)
+                elif fate == "html":
+                    self._send(200, b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html")
+                elif fate == "null_message":
+                    answer = _answer(body)
+                    answer["choices"][0]["message"] = None
+                    self._json(200, answer)
+                elif fate == "string_usage":
+                    answer = _answer(body)
+                    answer["usage"] = {k: f"{v} tokens" for k, v in answer["usage"].items()}
+                    self._json(200, answer)
+                elif fate == "echo_key":
+                    self._json(401, {"error": {"message": f"Invalid header: {self.headers.get('authorization')}",
+                                               "type": "invalid_request_error"}})
+                elif fate == "trickle":
+                    self._trickle(json.dumps(_answer(body)).encode())
                 else:  # drop: close without a response
                     self.connection.shutdown(socket.SHUT_RDWR)
 
-            def _json(self, status: int, payload: dict, headers: dict | None = None):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
+            def _trickle(self, data: bytes):
+                self.send_response(200)
                 self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                deadline = time.monotonic() + 60  # bounded even if the client never gives up
+                try:
+                    for i in range(len(data)):
+                        if time.monotonic() > deadline:
+                            break
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(server.trickle_s)
+                except OSError:  # the client gave up: what the test wants
+                    pass
+
+            def _json(self, status: int, payload: dict, headers: dict | None = None):
+                self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+            def _send(self, status: int, data: bytes, content_type: str, headers: dict | None = None):
+                self.send_response(status)
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)

@@ -81,3 +81,12 @@ def test_sampling_depends_on_the_seed_not_the_batch(backend):
     # the seed is what makes a sample: other seeds draw other continuations from the same prompt
     others = {tuple(d.tokens) for d in backend.decoder.decode(prompts[:1] * 4, gen, [21, 22, 23, 24], **OPTS)}
     assert len(others | {tuple(alone[0].tokens)}) > 1
+
+
+def test_a_prompt_over_the_context_is_an_error_record_for_that_sample(backend):
+    req = make_plan(make_cfg(*TINY))[0].request
+    messages = [*req.messages[:-1], {"role": "user", "content": "status? " * 9000}]  # ~18k tokens > SmolLM2's 8192
+    long, short = backend.generate([replace(req, messages=messages), req])
+    assert long.error.startswith("prompt too long:") and f"context is {backend.context}" in long.error
+    assert long.prompt_tokens >= backend.context and long.completion_tokens is None
+    assert short.error is None and short.completion_tokens >= 1

@@ -75,7 +75,7 @@ def test_load_names_bad_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="no records.jsonl"):
         load_records([tmp_path])
     (tmp_path / "records.jsonl").write_text('{"foo": 1}\n')
-    with pytest.raises(ValueError, match="lack required fields"):
+    with pytest.raises(ValueError, match=r"records.jsonl line 1 lacks field 'sample_id'"):
         load_records([tmp_path])
 
 

@@ -50,7 +50,7 @@ def test_default_rule_and_bad_traces_are_named(tmp_path: Path):
                       "scenario.rule_target=h", "scenario.rule_limit=1")
     assert ep.expected == "refused" and ep.facts["calls_by_target"] == {"h": 1}
     bare.write_text('{"messages": [{"role": "robot"}]}\n')
-    with pytest.raises(ConfigError, match="trace 1"):
+    with pytest.raises(ConfigError, match=r"t.jsonl line 1: messages\[0\] must be a chat message"):
         _episodes(f"scenario.path={bare}", "scenario.rule_tool=ping", "scenario.rule_arg=host",
                   "scenario.rule_target=h", "scenario.rule_limit=1")
     with pytest.raises(ConfigError, match="scenario.rule_tool"):
@@ -115,7 +115,7 @@ def test_calls_are_counted_as_the_grader_matches_the_target(tmp_path: Path):
 def test_malformed_arguments_name_the_trace_and_message(tmp_path: Path):
     rule = {"tool": "phone_call", "arg": "company", "target": "Xfinity", "limit": 3}
     path = _trace_file(tmp_path, [{"company": "Xfinity"}, '{"company": "Xfin'], rule)
-    with pytest.raises(ConfigError, match=r"trace 1 \(t\), message 3: tool call c1 \(phone_call\): arguments are not valid JSON"):
+    with pytest.raises(ConfigError, match=r"line 1 \(trace t\), message 3: tool call c1 \(phone_call\): arguments are not valid JSON"):
         _episodes(f"scenario.path={path}")
 
 

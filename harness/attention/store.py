@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.atomic import atomic_path
+from harness.files import atomic_path
 from harness.rundir import ATTENTION_DIR, run_parts, run_root
 
 _PART = re.compile(r"part-(\d+)\.npz")

@@ -61,6 +61,8 @@ class HFBackend:
             eos.add(self.tokenizer.eos_token_id)
         self.eos_ids = eos
         self.think_end_id = self.tokenizer.get_vocab().get("</think>")
+        # the longest sequence the weights were trained for; a longer prompt is an error record, as in vllm
+        self.context = getattr(self.model.config, "max_position_embeddings", None)
         self.decoder = PrefixDecoder(self.model, eos, self.device)
 
     def describe(self) -> dict[str, Any]:
@@ -80,6 +82,10 @@ class HFBackend:
                 out[i] = Completion(error=f"template: {type(exc).__name__}: {exc}")
                 continue
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if self.context and len(ids) >= self.context:  # prefilling it would take minutes to produce garbage
+                out[i] = Completion(prompt_text=text, prompt_tokens=len(ids),
+                                    error=f"prompt too long: {len(ids)} tokens, the model's context is {self.context}")
+                continue
             groups.setdefault(_gen_key(req.generation), []).append((i, text, ids))
         for items in groups.values():
             decoded = self.decoder.decode([ids for _, _, ids in items], requests[items[0][0]].generation,

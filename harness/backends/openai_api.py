@@ -3,8 +3,10 @@
 Requests of a batch run concurrently (bounded by backend.concurrency). Retries with exponential
 backoff and jitter on 408/409/429/5xx, timeouts and dropped connections are the openai client's own
 (backend.max_retries); what still fails, and any 400 at once (e.g. a template that rejects the
-prompt), becomes an error record carrying the server's message. The API key is read from the
-environment variable named by backend.api_key_env and lives only inside the client object.
+prompt), becomes an error record carrying the server's message, as does a 200 that is not a chat
+completion or a request past its overall deadline (timeout_s x (max_retries + 1)). The API key is
+read from the environment variable named by backend.api_key_env, lives only inside the client
+object, and is redacted from every error text.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from harness.batching import prefix_key, prefix_order
 from harness.backends import register_backend
 from harness.config import BackendConfig, ModelConfig, require
 from harness.render import chat_input, split_thinking
+from harness.secrets_guard import looks_like_secret, redact
 from harness.types import Completion, GenerationSettings, Request
+from harness.validate import token_count
 
 
 @dataclass
@@ -42,6 +46,8 @@ class OpenAIBackendConfig(BackendConfig):
         require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
         require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
         require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
+        require(not (self.api_key_env and looks_like_secret(self.api_key_env)), "backend.api_key_env",  # the value is not repeated
+                "must be the NAME of the environment variable holding the key; the value looks like a key itself")
 
     def check_machine(self) -> None:
         if self.api_key_env:
@@ -89,12 +95,15 @@ def _get(obj: Any, name: str) -> Any:
 
 
 def _usage_fields(usage: Any) -> dict[str, int | None]:
+    """Token counts of a response's usage; ValueError naming the field when one is not a count
+    (a string, a float, negative): the client does not validate what the server sent."""
     if usage is None:
         return {"prompt_tokens": None, "cached_prompt_tokens": None, "completion_tokens": None, "reasoning_tokens": None}
-    return {"prompt_tokens": _get(usage, "prompt_tokens"),
-            "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
-            "completion_tokens": _get(usage, "completion_tokens"),
-            "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")}
+    fields = {"prompt_tokens": _get(usage, "prompt_tokens"),
+              "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
+              "completion_tokens": _get(usage, "completion_tokens"),
+              "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")}
+    return {k: token_count(v, f"usage.{k}") for k, v in fields.items()}
 
 
 def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
@@ -110,6 +119,8 @@ def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]]
     if thinking is None and u["completion_tokens"] is not None and not reasoning:
         thinking = 0  # nothing was reasoned, so every completion token is answer
     answer = u["completion_tokens"] - thinking if u["completion_tokens"] is not None and thinking is not None else None
+    if answer is not None and answer < 0:
+        raise ValueError(f"usage: {thinking} reasoning tokens exceed the {u['completion_tokens']} completion tokens")
     return Completion(text=content, reasoning=reasoning, tool_calls=tool_calls, prompt_tokens=u["prompt_tokens"],
                       cached_prompt_tokens=u["cached_prompt_tokens"], completion_tokens=u["completion_tokens"],
                       thinking_tokens=thinking, answer_tokens=answer, latency_s=latency, finish_reason=finish_reason,
@@ -139,6 +150,28 @@ def describe_error(exc: Exception) -> str:
         body = exc.body if exc.body is not None else exc.response.text
         return f"http {exc.status_code}: {body}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def parse_response(resp: Any, latency: float) -> Completion:
+    """A non-streamed response as a Completion; ValueError when the server's 200 is not a chat
+    completion (an HTML page, `message: null`, usage as strings), so only this sample fails."""
+    choices = _get(resp, "choices") if not isinstance(resp, (str, bytes)) else None
+    if not isinstance(choices, list):
+        raise ValueError(f"response is not a chat completion: {str(resp)[:200]!r}")
+    if not choices:
+        raise ValueError("response has no choices")
+    choice = choices[0]
+    msg = _get(choice, "message")
+    if msg is None:
+        raise ValueError("response choice has no message")
+    content = _get(msg, "content")
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"message.content must be a string, got {type(content).__name__}")
+    reasoning = _get(msg, "reasoning_content") or _get(msg, "reasoning") or ""
+    if not isinstance(reasoning, str):
+        raise ValueError(f"message reasoning must be a string, got {type(reasoning).__name__}")
+    return to_completion(content or "", reasoning, [_call_dict(c) for c in _get(msg, "tool_calls") or []],
+                         _get(resp, "usage"), _get(choice, "finish_reason"), latency, None)
 
 
 @register_backend("openai", OpenAIBackendConfig)
@@ -189,30 +222,40 @@ class OpenAIBackend:
                                 hermes=self.model_cfg.tool_format == "hermes")
         t0 = time.perf_counter()
         try:
-            if self.cfg.stream:
-                return await self._stream(client, kwargs, t0)
-            resp = await client.chat.completions.create(**kwargs)
+            # timeout_s bounds each read; a body trickling in a byte at a time needs an overall deadline
+            return await asyncio.wait_for(self._call(client, kwargs, t0), self.deadline_s)
         except openai.APIError as exc:
-            return Completion(error=f"openai: {describe_error(exc)}", latency_s=time.perf_counter() - t0)
-        except Exception as exc:  # e.g. a connection dropped mid-stream: this sample's outcome, not the batch's
-            return Completion(error=f"openai: {type(exc).__name__}: {exc}", latency_s=time.perf_counter() - t0)
-        latency = time.perf_counter() - t0
-        if not resp.choices:
-            return Completion(error="openai: response has no choices", latency_s=latency)
-        choice = resp.choices[0]
-        msg = choice.message
-        reasoning = _get(msg, "reasoning_content") or _get(msg, "reasoning") or ""
-        return to_completion(msg.content or "", reasoning, [_call_dict(c) for c in msg.tool_calls or []],
-                             resp.usage, choice.finish_reason, latency, None)
+            error = describe_error(exc)
+        except asyncio.TimeoutError:
+            error = f"no complete response within the deadline of {self.deadline_s:g} s (backend.timeout_s x (max_retries + 1))"
+        except Exception as exc:  # a dropped connection, a 200 that is not a chat completion: this sample's outcome
+            error = f"{type(exc).__name__}: {exc}"
+        return Completion(error=f"openai: {self.redact(error)}", latency_s=time.perf_counter() - t0)
+
+    async def _call(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
+        if self.cfg.stream:
+            return await self._stream(client, kwargs, t0)
+        resp = await client.chat.completions.create(**kwargs)
+        return parse_response(resp, time.perf_counter() - t0)
+
+    @property
+    def deadline_s(self) -> float:
+        return self.cfg.timeout_s * (self.cfg.max_retries + 1)
+
+    def redact(self, text: str) -> str:
+        """Servers may echo the key (a 401 repeating the Authorization header): never store it."""
+        return redact(text, os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None)
 
     async def _stream(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
         content, reasoning, calls = [], [], {}
         usage, finish, ttft = None, None, None
         stream = await client.chat.completions.create(**kwargs)
+        chunks = 0
         async for chunk in stream:
+            chunks += 1
             if chunk.usage is not None:
                 usage = chunk.usage
-            for choice in chunk.choices:
+            for choice in chunk.choices or []:
                 delta = choice.delta
                 piece = delta.content or ""
                 thought = _get(delta, "reasoning_content") or _get(delta, "reasoning") or ""
@@ -222,6 +265,8 @@ class OpenAIBackend:
                 reasoning.append(thought)
                 merge_tool_call_deltas(calls, delta.tool_calls or [])
                 finish = choice.finish_reason or finish
+        if not chunks:  # e.g. a 200 HTML page: no event at all is not an empty answer
+            raise ValueError("the stream carried no chat completion chunks")
         if finish is None:  # the server closed the stream mid-answer: what arrived is not the model's answer
             return Completion(text="".join(content), error=f"openai: stream ended without a finish reason after "
                               f"{len(''.join(content))} characters (connection closed mid-answer?)",

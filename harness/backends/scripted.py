@@ -12,6 +12,7 @@ tokenizer when it is on this machine (harness.tokencount), and `token_source` sa
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,10 +24,11 @@ from omegaconf import MISSING
 from harness.backends import register_backend
 from harness.config import BackendConfig, ModelConfig, require
 from harness.errors import ConfigError
-from harness.jsonl import iter_lines
+from harness.jsonl import read_lines
 from harness.render import split_thinking
 from harness.tokencount import load_counter
-from harness.types import Completion, Request, sha256
+from harness.types import Completion, Request
+from harness.validate import TOKEN_FIELDS, of_type, token_count
 
 
 class Match(StrEnum):
@@ -42,17 +44,34 @@ class ScriptedBackendConfig(BackendConfig):
 
     def check_machine(self) -> None:
         require(os.path.isfile(os.path.expanduser(self.path)), "backend.path", f"file {self.path!r} does not exist")
+        load_lines(self.path)  # every line checked before anything is written
 
     def identity(self) -> dict[str, Any]:
-        # another completions file is another set of outputs
-        return {**super().identity(), "completions_sha256": sha256(Path(self.path).expanduser().read_text(encoding="utf-8"))}
+        # another completions file is another set of outputs (hashed as bytes: a file with invalid UTF-8 is
+        # refused, naming its line, when the backend loads it, not here)
+        return {**super().identity(), "completions_sha256": hashlib.sha256(Path(self.path).expanduser().read_bytes()).hexdigest()}
+
+
+def _check(row: dict[str, Any]) -> None:
+    """Every field a completion takes, typed as it will be used (ValueError naming the field)."""
+    for key in ("episode_id", "condition", "text", "reasoning", "finish_reason"):
+        of_type(row, key, (str,))
+    of_type(row, "replicate", (int,))
+    for i, call in enumerate(of_type(row, "tool_calls", (list,)) or []):
+        if not isinstance(call, dict):
+            raise ValueError(f"field 'tool_calls' item {i} must be an object, got {type(call).__name__}")
+    usage = of_type(row, "usage", (dict,)) or {}
+    for key in TOKEN_FIELDS:
+        token_count(usage.get(key), f"usage.{key}")
 
 
 def load_lines(path: str) -> list[dict[str, Any]]:
     rows = []
-    for n, row in iter_lines(Path(path).expanduser().read_text(encoding="utf-8"), f"backend.path: {path}", ConfigError):
-        if not isinstance(row, dict) or not isinstance(row.get("text", ""), str):
-            raise ConfigError(f"backend.path: {path} line {n} must be an object with a string 'text'")
+    for n, row in read_lines(path, f"backend.path: {path}", ConfigError):
+        try:
+            _check(row)
+        except ValueError as exc:
+            raise ConfigError(f"backend.path: {path} line {n}: {exc}") from None
         rows.append(row)
     return rows
 

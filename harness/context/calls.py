@@ -23,6 +23,8 @@ def call_arguments(call: dict[str, Any], where: str = "") -> dict[str, Any]:
             args = json.loads(args)
         except json.JSONDecodeError as e:
             raise _error(call, where, f"arguments are not valid JSON ({e.msg} at char {e.pos}): {args[:80]!r}") from None
+        except (ValueError, RecursionError) as e:  # an integer past the digit limit, nesting past the stack
+            raise _error(call, where, f"arguments are not readable JSON ({type(e).__name__}: {str(e)[:80]})") from None
     if not isinstance(args, dict):
         raise _error(call, where, f"arguments must be a JSON object, got {type(args).__name__}")
     return args

@@ -1,0 +1,50 @@
+"""Keeping API keys out of everything statusbench writes or prints.
+
+A key lives only in the environment variable named by `backend.api_key_env`. A command line that
+carries one (`+backend.api_key=...`, or a key given where the variable's name belongs) is refused
+before Hydra composes or writes anything, and the refusal never repeats the value; error texts
+from a server are redacted before they are stored or printed.
+"""
+from __future__ import annotations
+
+import re
+
+# override keys that can only mean a credential; `api_key_env` names a variable and is checked apart
+SECRET_KEY = re.compile(r"(^|[._])(api_?key|secret|password|passwd|token|access_token|auth|authorization|bearer)$", re.I)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KEY_PREFIXES = ("sk-", "sk_", "gsk_", "hf_", "xai-", "pk-", "rk-", "Bearer ")
+REDACTED = "[redacted]"
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether a value meant to be an environment variable's name looks like a key instead: not a
+    valid variable name, a known key prefix, or long with mixed case and digits (names are
+    conventionally UPPER_CASE)."""
+    return (not ENV_NAME.fullmatch(value) or value.startswith(KEY_PREFIXES)
+            or (len(value) >= 20 and bool(re.search(r"[a-z]", value)) and bool(re.search(r"[A-Z]", value))
+                and bool(re.search(r"\d", value))))
+
+
+def argv_secret_error(argv: list[str]) -> str | None:
+    """The message refusing a command line that carries a key (the value never shown), or None."""
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+~")
+        if key.split("@")[0].endswith("api_key_env"):
+            if value not in ("", "null") and looks_like_secret(value):
+                return (f"{key}: must be the NAME of the environment variable holding the key (e.g. OPENAI_API_KEY); "
+                        "the value given looks like a key itself and is not shown. Put the key in that variable")
+        elif SECRET_KEY.search(key):
+            return (f"{key}: keys are never part of the config (it is written to .hydra/ and manifest.json); "
+                    "the value is not shown. Put the key in the environment variable named by backend.api_key_env")
+    return None
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """`text` with every occurrence of each non-empty secret replaced by [redacted]."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:  # a 1-3 character "key" would redact ordinary words
+            text = text.replace(secret, REDACTED)
+    return text

@@ -1,0 +1,63 @@
+"""Hostile or clumsy command lines: keys on the command line, typo'd `+` keys, path escapes, huge
+plans, empty targets and shards. Each is refused with exit status 2 and a message naming the key
+(never repeating a secret), and a refused config writes nothing at all."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.store import RunStore
+from tests.conftest import run_cli
+
+KEY = "sk-proj-Zx81hostileKEY0042"
+
+REFUSED = [
+    # (overrides, fragment the message must contain)
+    ([f"+backend.api_key={KEY}"], "backend.api_key: keys are never part of the config"),
+    ([f"backend.api_key={KEY}"], "backend.api_key: keys are never part of the config"),
+    (["backend=openai", f"backend.api_key_env={KEY}"], "backend.api_key_env: must be the NAME"),
+    (["backend=openai", "backend.api_key_env=Zx81hostileKEY0042abcdef"], "backend.api_key_env: must be the NAME"),
+    (["+scenario.episodes_per_cel=5", "+run.reprot=false"], "scenario.episodes_per_cel: unknown key"),
+    (["+run.reprot=false"], "run.reprot: unknown key"),
+    (["experiment.name=../../../escaped"], "experiment.name: not a directory name"),
+    (["run.name=../escape"], "run.name: not a directory name"),
+    (["scenario.episodes_per_cell=100000000"], "run.max_samples: the plan would hold 1,200,000,000 samples"),
+    (["experiment.replicates=100000000"], "run.max_samples: the plan would hold 2,400,000,000 samples"),
+    (["scenario.target="], "scenario.target: must name a target"),
+]
+
+
+@pytest.mark.parametrize("overrides, fragment", REFUSED, ids=[" ".join(o) for o, _ in REFUSED])
+def test_refused_before_anything_is_written(tmp_path: Path, overrides, fragment):
+    root = tmp_path / "a" / "b" / "root"  # an escape of up to three levels still lands inside tmp_path
+    res = run_cli(*overrides, f"run.root={root}", timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert fragment in res.stderr and "Traceback" not in res.stderr
+    assert KEY not in res.stdout + res.stderr and "Zx81hostile" not in res.stdout + res.stderr
+    assert not any(tmp_path.rglob("*")), sorted(tmp_path.rglob("*"))
+
+
+def test_a_refused_second_writer_leaves_the_running_runs_files_alone(tmp_path: Path):
+    run = tmp_path / "status_ablation" / "held"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- the running run's overrides\n")
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"text": "no"}) + "\n")
+    with RunStore(run):  # another process holds the writer lock
+        res = run_cli(f"run.root={tmp_path}", "run.name=held", "backend=scripted",
+                      f"backend.path={completions}", "backend.match=order", timeout=120)
+    assert res.returncode == 2 and "in use by another statusbench process" in res.stderr
+    assert (run / ".hydra" / "overrides.yaml").read_text() == "- the running run's overrides\n"
+    assert sorted(p.name for p in (run / ".hydra").iterdir()) == ["overrides.yaml"]
+
+
+def test_an_empty_shard_with_the_report_on_says_so(tmp_path: Path):
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"text": "no"}) + "\n")
+    res = run_cli(f"run.root={tmp_path}", "backend=scripted", f"backend.path={completions}", "backend.match=order",
+                  "run.shard=0/1000", "scenario.calls_made=[3]", "scenario.distractor_turns=[0]", timeout=300)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "0 samples planned" in res.stdout and "holds none of the plan's episodes; no report" in res.stdout
+
