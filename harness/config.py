@@ -183,7 +183,7 @@ class ConditionConfig:
     def __post_init__(self) -> None:
         import datetime as dt
 
-        from harness.context import KINDS
+        from harness.context import KINDS  # the projection registry; harness.context imports no schema back
 
         require(self.kind in KINDS, "condition.kind", f"unknown condition {self.kind!r}; known: {sorted(KINDS)}")
         require(self.update == "replace" or (self.placement == "tail" and self.history == "full"), "condition.update",
