@@ -155,13 +155,3 @@ def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
     if len(parts) <= 1:
         return parts[0] if parts else []
     return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]
-
-
-
-def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
-    """Per-layer (keys, values) of consecutive token runs, joined along the sequence axis."""
-    import torch
-
-    if len(parts) <= 1:
-        return parts[0] if parts else []
-    return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]

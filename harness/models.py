@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shutil
 from pathlib import Path
 
 from harness.files import TMP_MARK, atomic_path
@@ -87,7 +88,7 @@ def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     gguf, dest, digest = _converted(cfg)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
-        remove_stale_conversions(cache)
+        remove_stale_conversions(dest.parent)
         if not dest.is_dir():
             _convert(gguf, dest)
     return str(dest), f"gguf-sha256:{digest}"

@@ -103,8 +103,6 @@ def test_the_gate_exits_1_only_for_a_drop(monkeypatch, capsys):
 
 
 def test_stale_conversion_folders_of_dead_processes_are_removed(tmp_path: Path):
-    import os
-
     from harness import models
     from harness.files import temporary_name
     from tests.conftest import make_cfg
