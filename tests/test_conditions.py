@@ -60,9 +60,9 @@ def test_default_grid_prose_is_the_seed_sentence_and_names_an_uncalled_target():
         "Calls to Xfinity: 0/3\n</agent_status>")
     assert status_block(first, RULE, "prose", target="Xfinity") == \
         "<agent_status>phone_call called 0 times, Xfinity at 0/3</agent_status>"
-    lower = [_call("phone_call", company="xfinity")]  # the same name in another case is not added twice
+    lower = [_call("phone_call", company="xfinity")]  # counted under the target, as the grader matches it
     assert status_block(lower, RULE, "prose", target="Xfinity") == \
-        "<agent_status>phone_call called 1 time, xfinity at 1/3</agent_status>"
+        "<agent_status>phone_call called 1 time, Xfinity at 1/3</agent_status>"
 
 
 def _episodes():
