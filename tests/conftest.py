@@ -8,8 +8,25 @@ import pytest
 from harness.config import Config, compose_config, register
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+SHARED = REPO.parent / "shared"  # the seed article and real templates; absent from a plain clone
+SEED_PATH = SHARED / "seed" / "status-bar-article.txt"
 register()
+
+
+@pytest.fixture(scope="session")
+def seed_text() -> str:
+    """The seed article; tests comparing a golden string with it skip on a clone without ../shared."""
+    if not SEED_PATH.is_file():
+        pytest.skip(f"seed article not found at {SEED_PATH} (a clone without ../shared)")
+    return SEED_PATH.read_text()
+
+
+def shared_template(name: str) -> str:
+    """A real chat template from ../shared/templates, or a skip naming the missing file."""
+    path = SHARED / "templates" / name
+    if not path.is_file():
+        pytest.skip(f"chat template not found at {path} (a clone without ../shared)")
+    return path.read_text()
 
 
 def make_cfg(*overrides: str) -> Config:
