@@ -142,6 +142,14 @@ def test_missing_vllm_is_a_clear_config_error():
         VLLMBackend(cfg.model, cfg.backend)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_bench_peer_comparison_without_vllm_is_a_clear_error(capsys):
+    from harness import bench
+
+    assert bench.main(["--peer", "only"]) == 2
+    assert "--peer only needs vllm" in capsys.readouterr().err
+
+
 @pytest.mark.model
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
