@@ -6,7 +6,10 @@ On the embedded model and the default ablation with 4 replicates (change either 
 - sampled (so replicates differ), ours: samples/s, prefill tokens computed / requested, the harness's
   own overhead (time outside backend.generate) as a share of the wall time;
 - a synthetic run of 100k records loaded into the report's DataFrame, timed;
-- peak RSS of the process.
+- peak RSS of the process;
+- where vllm is installed, a peer comparison (`harness/peer.py`): the same grid, greedy, through
+  backend=hf and backend=vllm, generation seconds and output identity side by side (`--peer only`
+  runs just that; `--peer off` skips it).
 Only ratios within one run mean anything on a shared machine. Writes a JSON file and prints a table.
 """
 from __future__ import annotations
@@ -128,7 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for both runs, e.g. model.generation.max_new_tokens=32")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the sampled run")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: results/bench/<UTC time>.json)")
+    parser.add_argument("--peer", choices=["auto", "off", "only"], default="auto",
+                        help="hf against vllm on the same grid: auto = where vllm is installed; only = nothing else")
     args = parser.parse_args(argv)
+    from harness.peer import vllm_installed
+
+    if args.peer == "only":
+        if not vllm_installed():
+            print('statusbench: error: --peer only needs vllm (see the README: vLLM on a CPU machine)', file=sys.stderr)
+            return 2
+        return write(peer_result(args.overrides), args.out, "")
     base = ["experiment.replicates=4", "run.progress=false", "run.report=false", *args.overrides]
     with user_errors():
         greedy_cfg = compose_config([*base, "model.generation.temperature=0"])
@@ -164,10 +176,29 @@ def main(argv: list[str] | None = None) -> int:
         **{name: {k: v for k, v in run.items() if k != "records"}
            for name, run in (("greedy_ours", ours), ("greedy_naive", naive), ("sampled_ours", sampled))},
     }
-    out = args.out or Path("results") / "bench" / f"{result['created_at'].replace(':', '')}.json"
+    if args.peer == "auto":
+        result["peer"] = peer_result(args.overrides)["peer"] if vllm_installed() else {"skipped": "vllm is not installed"}
+    return write(result, args.out, table(result))
+
+
+def peer_result(overrides: list[str]) -> dict[str, Any]:
+    from harness import peer
+
+    with user_errors(), tempfile.TemporaryDirectory(prefix="statusbench-peer-") as tmp:
+        summary, _ = peer.compare(overrides, Path(tmp))
+    return {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
+            "platform": platform.platform(), "peer": summary}
+
+
+def write(result: dict[str, Any], out: Path | None, text: str) -> int:
+    from harness import peer
+
+    if "hf" in result.get("peer", {}):
+        text = (text + "\n\n" if text else "") + peer.table(result["peer"])
+    out = out or Path("results") / "bench" / f"{result['created_at'].replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
-    print(table(result))
+    print(text)
     print(f"\nwritten: {out}")
     return 0
 

@@ -103,7 +103,10 @@ def tool_call_spans(answer: str) -> list[str]:
 
 def count_thinking(token_ids: list[int], reasoning: str, think_end_id: int | None, encode: Callable[[str], list[int]]) -> int:
     """Thinking tokens of a completion: through the `</think>` token where the vocabulary has one,
-    else the reasoning text re-tokenized; 0 for a model that did not think."""
+    else the reasoning text re-tokenized; 0 for a model that did not think. Reasoning without the
+    `</think>` token was cut off while thinking: every token is thinking, an opening `<think>` too."""
     if think_end_id is not None and think_end_id in token_ids:
         return token_ids.index(think_end_id) + 1
+    if think_end_id is not None and reasoning:
+        return len(token_ids)
     return len(encode(reasoning)) if reasoning else 0

@@ -11,7 +11,7 @@ from harness.context import apply
 from harness.context.status import RENDERERS, tag, tally
 from harness.render import to_hermes
 from harness.types import Rule
-from tests.conftest import SHARED, make_cfg
+from tests.conftest import make_cfg, shared_template
 
 
 def _call(name: str, **args) -> dict:
@@ -82,7 +82,7 @@ def test_status_tail_keeps_the_trajectory_byte_identical(fmt):
 def _template(name: str) -> jinja2.Template:
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = lambda msg: (_ for _ in ()).throw(jinja2.TemplateError(msg))
-    return env.from_string((SHARED / "templates" / name).read_text())
+    return env.from_string(shared_template(name))
 
 
 @pytest.mark.parametrize("template, hermes", [("Qwen-Qwen3-0.6B.jinja", False), ("Qwen-Qwen2.5-7B-Instruct.jinja", True)])

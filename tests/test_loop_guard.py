@@ -7,13 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.context.loop_guard import (BLOCK_MESSAGE, LoopGuard, call_hash, guard_trajectory)
-from tests.conftest import SHARED
-
-SEED = (SHARED / "seed" / "status-bar-article.txt").read_text()
 
 
-def test_block_message_is_the_seeds():
-    assert BLOCK_MESSAGE in SEED
+def test_block_message_is_quoted_from_the_seed(seed_text):
+    assert BLOCK_MESSAGE in seed_text
+
+
+def test_block_message():
     guard = LoopGuard()
     assert guard.check("read_file", {"path": "a"}) is None
     assert guard.check("read_file", {"path": "a"}) is None

