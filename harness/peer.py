@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config import Config, compose_config
+from harness.compose import compose_config
+from harness.config import Config
 
 Key = tuple[str, str, int]
 
