@@ -141,6 +141,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
                 "difference [95% CI]": ci(comp["diff"], comp["diff_low"], comp["diff_high"], "+.2f"),
                 "baseline only right": comp["only_a"], "condition only right": comp["only_b"],
                 "McNemar p": _p(comp["p_two_sided"]),
+                "truncated baseline / condition": [f"{a} / {b}" for a, b in zip(comp["truncated_a"], comp["truncated_b"])],
             })))
 
     pk = tables.pass_k(df)

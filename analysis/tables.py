@@ -113,7 +113,9 @@ def comparisons(df: pd.DataFrame, baseline: str | None = None, *, cells: bool = 
             if cond == baseline:
                 continue
             p = pair(base, g[g["condition"] == cond])
-            rows += [{**key, "baseline": baseline, "condition": cond, **r} for r in paired_by_cell(p, grid, "episode_id")]
+            cut = {"truncated_a": int((p["label_a"] == "truncated").sum()), "truncated_b": int((p["label_b"] == "truncated").sum())}
+            rows += [{**key, "baseline": baseline, "condition": cond, **r, **(cut if r["cell"] == "all" else {})}
+                     for r in paired_by_cell(p, grid, "episode_id")]
     out = pd.DataFrame(rows)
     return out if cells else out.drop(columns="cell", errors="ignore")
 

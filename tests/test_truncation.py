@@ -63,6 +63,8 @@ def test_scripted_run_hitting_the_limit_reports_truncated(tmp_path: Path):
     report = (run_dir / "report.md").read_text()
     assert "**12 of 24 samples (50%) are `truncated`**" in report
     assert "Truncation rates differ between compared arms" in report and "`none` 12/12 truncated (100%)" in report
+    comp = tables.comparisons(df).iloc[0]
+    assert (comp["truncated_a"], comp["truncated_b"]) == (12, 0) and "| 12 / 0 " in report
     header, _, none_row = report.split("## By condition")[1].split("\n\n")[2].splitlines()[:3]
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in none_row.split("|")]))
     assert cells["condition"] == "none" and cells["truncated"] == "12" and cells["violation rate [95% CI] (n)"] == "– (0)"
