@@ -159,6 +159,9 @@ class BackendConfig:
     def check_machine(self) -> None:
         """Checks of files, packages or environment variables the backend needs (after composition)."""
 
+    def preflight(self) -> None:
+        """Reading and checking the user's files a run will use, before it writes anything."""
+
 
 @dataclass
 class ConditionConfig:

@@ -68,8 +68,8 @@ def _manifests(run_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
             try:
                 out.append((path, json.loads(path.read_text())))
             except json.JSONDecodeError as exc:
-                raise RunDirError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}): cannot check which "
-                                  "experiment the run holds; use another run.name=") from None
+                raise RunDirError(f"{path} line {exc.lineno} is not valid JSON ({exc.msg}): cannot check which "
+                                  "experiment the run holds; restore it, or use another run.name=") from None
     return out
 
 

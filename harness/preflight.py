@@ -4,9 +4,9 @@ Hydra creates the run directory and its `.hydra/` files before the task function
 config refused only there would still leave files behind (outside run.root for a hostile
 experiment.name, or over a running run's `.hydra/` for a refused second writer). The `Preflight`
 callback (registered in conf/config.yaml) runs at `on_run_start`, after composition and before
-any write: it types the config (schemas, unknown keys, names, plan size, and each part's `check_machine`,
-which reads a scripted completions file), builds the episodes (a user's traces: refused naming
-file, line and field) and probes the writer lock.
+any write: it types the config (schemas, unknown keys, names, plan size, each part's `check_machine`),
+builds the episodes and runs the backend's `preflight` (a user's traces and scripted completions:
+refused naming file, line and field) and probes the writer lock.
 A multirun checks its base config here; a swept value is checked as its job starts, after Hydra
 has written that job's directory.
 """
@@ -40,6 +40,7 @@ def check(cfg: Config, run_dir: Path | None) -> None:
     from harness.store import probe_lock
 
     scenarios.build_episodes(cfg.scenario)  # a user's traces are read and checked here
+    cfg.backend.preflight()  # e.g. every line of a scripted completions file
     if run_dir is not None:
         probe_lock(shard_dir(run_dir, cfg.run.shard_spec))
 

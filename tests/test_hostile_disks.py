@@ -69,7 +69,7 @@ def test_disk_full_while_writing_a_report_leaves_no_empty_figure(tmp_path: Path,
     assert run_cli("backend=scripted", f"backend.path={_completions(tmp_path)}", "backend.match=order", f"run.root={root}",
                    "run.report=false").returncode == 0
     full = mounts(tmp_path / "full", "-t", "tmpfs", "-o", "size=64k", "tmpfs")
-    res = _module("analysis.report", str(root / "status_ablation" / "smollm2-135m-scripted"), "--out", str(full / "rep"))
+    res = _module("analysis.report", str(root / "status_ablation" / "smollm2-135m-scripted-xfinity"), "--out", str(full / "rep"))
     assert res.returncode == 2 and "the disk is full" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not [p for p in _files(full) if p.stat().st_size == 0 or TMP_MARK in p.name]
 
@@ -78,7 +78,7 @@ def test_a_read_only_run_is_reported_and_gated_without_its_cache(tmp_path: Path,
     root = tmp_path / "runs"
     assert run_cli("backend=scripted", f"backend.path={_completions(tmp_path)}", "backend.match=order", f"run.root={root}",
                    "run.report=false").returncode == 0  # no parquet cache yet: analysis will try to write one
-    ro = mounts(tmp_path / "ro", "--bind", str(root / "status_ablation" / "smollm2-135m-scripted"))
+    ro = mounts(tmp_path / "ro", "--bind", str(root / "status_ablation" / "smollm2-135m-scripted-xfinity"))
     if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode != 0:
         pytest.skip("cannot remount the bind read-only here")
     rep = _module("analysis.report", str(ro), "--out", str(tmp_path / "rep"))

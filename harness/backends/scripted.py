@@ -44,7 +44,9 @@ class ScriptedBackendConfig(BackendConfig):
 
     def check_machine(self) -> None:
         require(os.path.isfile(os.path.expanduser(self.path)), "backend.path", f"file {self.path!r} does not exist")
-        load_lines(self.path)  # every line checked before anything is written
+
+    def preflight(self) -> None:
+        load_lines(self.path)  # every line checked before a run writes anything
 
     def identity(self) -> dict[str, Any]:
         # another completions file is another set of outputs (hashed as bytes: a file with invalid UTF-8 is
