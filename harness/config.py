@@ -173,7 +173,11 @@ class ConditionConfig:
     corrupt_fraction: float = 0.25
     history: History = History.full
     side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
-    turn_meta: bool = False  # prepend <turn_meta> to the last user message
+    turn_meta: bool = False  # prepend <turn_meta> to every user message (the seed's "every new user message")
+    turn_meta_last_only: bool = False  # ... to the last user message only
+    # the model and thinking tier <turn_meta> names: the run fills them from model.* (harness.plan.with_model)
+    meta_model: str = "auto"
+    meta_thinking: str = "auto"
     loop_guard: bool = False  # replay tool results through the loop guard (block / warn / halt)
     date: str = "2026-01-15"  # the <turn_meta> date (fixed: prompts stay reproducible)
     # across a multi-turn trajectory; tool-result reflow only is kind=none

@@ -5,7 +5,7 @@ Every condition runs the same three stages, in this order:
    raw call records dropped, or compacted to a summary), or a TODO projection (reinjection after
    compaction, a new cycle's seed);
 2. trajectory steps (`STEPS`, each switched on by the condition field of the same name): the loop
-   guard over tool results, `<turn_meta>` on the last user message. They act before any bar exists,
+   guard over tool results, `<turn_meta>` on the user messages. They act before any bar exists,
    so a bar never starts a guard turn and never receives the turn meta;
 3. the bar, for the kinds that show one: its text comes from a source (`FACT_SOURCES`: code or
    corrupted facts; source=model gets its text from a writer model at run time, `writer.py`, and
@@ -25,7 +25,8 @@ from harness.errors import ConfigError
 from harness.types import Episode, Message
 
 from . import todo
-from .envelopes import WorkingSet, active_paths, turn_meta
+from .envelopes import turn_meta, working_set
+from .ledger import already_sent
 from .loop_guard import guard_trajectory
 from .status import RENDERERS, StatusFacts, corrupt, tag, tally
 
@@ -80,12 +81,18 @@ KINDS: dict[str, Kind] = {
 
 
 def with_turn_meta(episode: Episode, cfg: Any, messages: list[Message]) -> list[Message]:
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    ws = WorkingSet(episode.workspace, active=tuple(active_paths(episode.messages)))
-    # a condition knows no model: the tier is written as auto routing would leave it undecided
-    meta = turn_meta(dt.date.fromisoformat(cfg.date), "auto", "auto", ws)
-    out = list(messages)
-    out[last_user] = {**out[last_user], "content": f"{meta}\n\n{out[last_user]['content']}"}
+    """`<turn_meta>` opens every user message (`turn_meta_last_only`: the last), with the working set
+    as of that message (the calls shown before it). A block byte-identical to one already sent is
+    not sent again: the day-granular date is what makes blocks of one day comparable."""
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    out, sent = list(messages), []
+    for i in users[-1:] if cfg.turn_meta_last_only else users:
+        ws = working_set(episode.workspace, episode.workspace_files, messages[:i])
+        meta = turn_meta(dt.date.fromisoformat(cfg.date), cfg.meta_model, cfg.meta_thinking, ws)
+        if already_sent(sent, meta):
+            continue
+        sent.append(meta)
+        out[i] = {**out[i], "content": f"{meta}\n\n{out[i]['content']}"}
     return out
 
 

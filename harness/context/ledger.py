@@ -24,6 +24,11 @@ def estimate_tokens(messages: list[Message]) -> int:
     return sum(len(canonical_json(m)) for m in messages) // 4
 
 
+def already_sent(sent: list[str], text: str) -> bool:
+    """Byte-level dedup: `text` is identical to something already in the transcript."""
+    return any(s == text for s in sent)
+
+
 @dataclass
 class Ledger:
     budget_tokens: int
@@ -31,8 +36,7 @@ class Ledger:
 
     def admit(self, transcript: list[Message], candidate: Message) -> str:
         """'duplicate', 'over_budget' or 'ok' (only then should the candidate be appended)."""
-        content = candidate.get("content") or ""
-        if any((m.get("content") or "") == content for m in transcript):
+        if already_sent([m.get("content") or "" for m in transcript], candidate.get("content") or ""):
             return "duplicate"
         if self.count_tokens(transcript + [candidate]) > self.budget_tokens:
             return "over_budget"
