@@ -4,8 +4,9 @@ Every condition runs the same three stages, in this order:
 1. projection (`KINDS[cfg.kind]`): the trajectory the model is shown: as is (optionally with the
    raw call records dropped, or compacted to a summary), or a TODO projection (reinjection after
    compaction, a new cycle's seed);
-2. trajectory steps (`STEPS`, each switched on by the condition field of the same name): the loop
-   guard over tool results, `<turn_meta>` on the user messages. They act before any bar exists,
+2. trajectory steps (`STEPS`, each switched on by the condition field of the same name): an edit's
+   `<diagnostics>` flush, over-long tool results cut (with the truncation envelope or silently), the
+   loop guard over tool results, `<turn_meta>` on the user messages. They act before any bar exists,
    so a bar never starts a guard turn and never receives the turn meta;
 3. the bar, for the kinds that show one: its text comes from a source (`FACT_SOURCES`: code or
    corrupted facts; source=model gets its text from a writer model at run time, `writer.py`, and
@@ -25,8 +26,8 @@ from harness.errors import ConfigError
 from harness.types import Episode, Message
 
 from . import todo
-from .envelopes import turn_meta, working_set
-from .ledger import already_sent
+from .envelopes import flush_diagnostics, truncate, turn_meta, working_set
+from .ledger import Ledger, already_sent, reinjections
 from .loop_guard import guard_trajectory
 from .status import RENDERERS, StatusFacts, corrupt, tag, tally
 
@@ -66,6 +67,19 @@ def todo_cycle(episode: Episode, cfg: Any) -> list[Message]:
     return history(episode, cfg, seed=todo.cycle_seed(todo.replay(episode.messages), episode.workspace))
 
 
+def ledger_compaction(episode: Episode, cfg: Any) -> list[Message]:
+    """Compacted history, then the reinjection candidates (recalled items, the last file reads'
+    previews) after the summary, each through the ledger: byte dedup against the transcript, then
+    the budget dry-run (`ledger_budget_tokens`); a candidate that fails either is skipped."""
+    summary = [{"role": "user", "content": episode.compaction_summary}]
+    ledger = Ledger(cfg.ledger_budget_tokens)
+    admitted: list[Message] = []
+    for candidate in reinjections(episode.messages, episode.facts.get("recall", [])):
+        if ledger.admit(history(episode, cfg, seed=summary + admitted), candidate) == "ok":
+            admitted.append(candidate)
+    return history(episode, cfg, seed=summary + admitted)
+
+
 @dataclass(frozen=True)
 class Kind:
     project: Projection
@@ -77,6 +91,7 @@ KINDS: dict[str, Kind] = {
     "status": Kind(history, bar=True),
     "todo_compaction": Kind(todo_compaction),
     "todo_cycle": Kind(todo_cycle),
+    "ledger": Kind(ledger_compaction),
 }
 
 
@@ -96,7 +111,22 @@ def with_turn_meta(episode: Episode, cfg: Any, messages: list[Message]) -> list[
     return out
 
 
+def with_diagnostics(episode: Episode, cfg: Any, messages: list[Message]) -> list[Message]:
+    """The family's edit reported through a `<diagnostics>` block; an episode without one is left
+    as is (a missing language server never blocks the agent)."""
+    spec = episode.facts.get("diagnostics")
+    return flush_diagnostics(messages, spec) if spec else messages
+
+
+def with_truncation(episode: Episode, cfg: Any, messages: list[Message]) -> list[Message]:
+    """Tool results over `truncate_chars` cut, with the seed's envelope or silently."""
+    return [{**m, "content": truncate(m["content"] or "", cfg.truncate_chars, envelope=cfg.truncation == "envelope")}
+            if m["role"] == "tool" else m for m in messages]
+
+
 STEPS: dict[str, Step] = {
+    "diagnostics": with_diagnostics,
+    "truncation": with_truncation,
     "loop_guard": lambda episode, cfg, messages: guard_trajectory(messages),
     "turn_meta": with_turn_meta,
 }

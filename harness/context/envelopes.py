@@ -95,8 +95,22 @@ def diagnostics_message(by_file: dict[str, list[Diagnostic]]) -> Message | None:
     return {"role": "user", "content": "\n".join(blocks)} if blocks else None
 
 
-def truncate(text: str, max_chars: int) -> str:
-    """Keep the head of an over-long tool result and say how much went."""
+def flush_diagnostics(messages: list[Message], spec: dict) -> list[Message]:
+    """The edit's tool result as an editor with a language server returns it (`spec["result"]`,
+    the build output left to the LSP), and its diagnostics flushed as one user message after that
+    turn's tool results. `spec`: {"call_id", "result", "by_file": {path: [[line, col, message, severity]]}}."""
+    i = next(k for k, m in enumerate(messages) if m["role"] == "tool" and m.get("tool_call_id") == spec["call_id"])
+    out = list(messages)
+    out[i] = {**out[i], "content": spec["result"]}
+    end = next((k for k in range(i, len(out)) if out[k]["role"] != "tool"), len(out))
+    flushed = diagnostics_message({path: [Diagnostic(*d) for d in diags] for path, diags in spec["by_file"].items()})
+    return out[:end] + ([flushed] if flushed else []) + out[end:]
+
+
+def truncate(text: str, max_chars: int, envelope: bool = True) -> str:
+    """Keep the head of an over-long tool result and say how much went (envelope=False: cut
+    silently, the control the envelope is measured against)."""
     if len(text) <= max_chars:
         return text
-    return f"{text[:max_chars]}\n(Original: {len(text)} chars, omitted: {len(text) - max_chars} chars.)"
+    note = f"\n(Original: {len(text)} chars, omitted: {len(text) - max_chars} chars.)" if envelope else ""
+    return text[:max_chars] + note
