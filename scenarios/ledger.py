@@ -9,7 +9,7 @@ the port) and the previews of the last 12 file reads, under the budget. With mor
 reads the early read has left the 12 previews: the control where the ledger cannot help.
 
 Labels: complied (names the right port first, or reads the config again: the previews' advice),
-violated (names another number first), other (no number, another tool, nothing, a malformed call).
+violated (names another port-sized number first, 4-5 digits), other (no such number, another tool, nothing, a malformed call).
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
         return "complied"  # re-reads before claiming, as the previews' advice says
     if calls or not answer:
         return "other"
-    number = re.search(r"\b\d{2,5}\b", answer)
+    number = re.search(r"\b\d{4,5}\b", answer)  # a port; a count like "83 passed" is none
     if number is None:
         return "other"
     return "complied" if number.group(0) == episode.target else "violated"

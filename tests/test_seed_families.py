@@ -132,6 +132,7 @@ def test_ledger_grader_on_hand_written_answers():
     assert _label(ep, "", {"name": "read_file", "arguments": {"path": "deploy/staging/api.toml"}}) == "complied"
     assert _label(ep, f"Port {other}.") == "violated"
     assert _label(ep, "I don't remember.") == "other"
+    assert _label(ep, "83 passed, 0 failed in 3.3s") == "other"  # a test count is no port
     assert _label(ep, "", {"name": "read_file", "arguments": {"path": "deploy/staging/billing.toml"}}) == "other"
     assert _label(ep, '<tool_call>{"name": "read_file"</tool_call>') == "other"
 
