@@ -71,6 +71,11 @@ class History(StrEnum):
     compacted = "compacted"  # summary + recent turns
 
 
+class Truncation(StrEnum):
+    silent = "silent"  # cut with nothing said
+    envelope = "envelope"  # cut with the seed's (Original: N chars, omitted: M chars.)
+
+
 class Update(StrEnum):
     replace = "replace"  # only the latest bar
     append = "append"  # every turn's bar stays
@@ -165,7 +170,7 @@ class BackendConfig:
 
 @dataclass
 class ConditionConfig:
-    kind: str = "none"  # a projection of harness.context.KINDS: none | status | todo_compaction | todo_cycle
+    kind: str = "none"  # a projection of harness.context.KINDS: none | status | todo_compaction | todo_cycle | ledger
     format: BarFormat = BarFormat.kv
     # mid: strict templates reject a mid-conversation system message -> `error` record
     placement: Placement = Placement.tail
@@ -177,8 +182,16 @@ class ConditionConfig:
     corrupt_fraction: float = 0.25
     history: History = History.full
     side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
-    turn_meta: bool = False  # prepend <turn_meta> to the last user message
+    turn_meta: bool = False  # prepend <turn_meta> to every user message (the seed's "every new user message")
+    turn_meta_last_only: bool = False  # ... to the last user message only
+    # the model and thinking tier <turn_meta> names: the run fills them from model.* (harness.plan.with_model)
+    meta_model: str = "auto"
+    meta_thinking: str = "auto"
     loop_guard: bool = False  # replay tool results through the loop guard (block / warn / halt)
+    diagnostics: bool = False  # an edit's errors flushed as a <diagnostics> user message, not left in its raw result
+    truncation: Optional[Truncation] = None  # cut tool results over truncate_chars: silent | envelope
+    truncate_chars: int = 1500
+    ledger_budget_tokens: int = 6000  # kind=ledger: the reinjection budget the dry-run checks against
     date: str = "2026-01-15"  # the <turn_meta> date (fixed: prompts stay reproducible)
     # across a multi-turn trajectory; tool-result reflow only is kind=none
     update: Update = Update.replace
@@ -194,6 +207,8 @@ class ConditionConfig:
         require(self.source != "model" or self.update == "replace", "condition.source",
                 "model-written bars are written once, for the last turn: use update=replace")
         require(self.writer_max_new_tokens >= 1, "condition.writer_max_new_tokens", f"must be >= 1, got {self.writer_max_new_tokens}")
+        require(self.truncate_chars >= 1, "condition.truncate_chars", f"must be >= 1, got {self.truncate_chars}")
+        require(self.ledger_budget_tokens >= 1, "condition.ledger_budget_tokens", f"must be >= 1, got {self.ledger_budget_tokens}")
         require(0 < self.corrupt_fraction <= 1, "condition.corrupt_fraction", f"must be in (0, 1], got {self.corrupt_fraction}")
         try:
             dt.date.fromisoformat(self.date)

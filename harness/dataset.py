@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.types import Episode, Rule, canonical_json
 
-JSON_FIELDS = ("params", "messages", "tools", "rule", "facts", "tags", "status_facts")
+JSON_FIELDS = ("params", "messages", "tools", "rule", "facts", "tags", "status_facts", "workspace_files")
 
 
 def _features():
@@ -58,10 +58,12 @@ def row_episode(row: dict[str, Any], where: str = "row") -> Episode:
 def grid_rows(cfg: Any) -> list[dict[str, Any]]:
     import scenarios
     from harness.context import apply
+    from harness.plan import with_model
 
+    conditions = {name: with_model(ccfg, cfg.model) for name, ccfg in cfg.conditions.items()}
     return [{**episode_row(ep), "condition": name, "condition_config": canonical_json(asdict(ccfg)),
              "prompt": canonical_json(apply(ep, ccfg))}
-            for ep in scenarios.build_episodes(cfg.scenario) for name, ccfg in cfg.conditions.items()]
+            for ep in scenarios.build_episodes(cfg.scenario) for name, ccfg in conditions.items()]
 
 
 def export(rows: list[dict[str, Any]], out: Path, fmt: str = "parquet") -> Path:

@@ -1,11 +1,11 @@
 """Expand a config into samples: episodes x conditions x replicates, each with a stable id."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import scenarios
-from harness.config import ConditionConfig, Config
+from harness.config import ConditionConfig, Config, ModelConfig
 from harness.context import apply
 from harness.types import Episode, GenerationSettings, Request, short_hash
 
@@ -29,6 +29,16 @@ def condition_identity(ccfg: ConditionConfig) -> dict[str, Any]:
     return {k: v for k, v in asdict(ccfg).items() if k in ("kind", "format") or v != default[k]}
 
 
+def with_model(ccfg: ConditionConfig, model: ModelConfig) -> ConditionConfig:
+    """The run's model and thinking tier for `<turn_meta>` (the reasoning effort where the template
+    takes one, else thinking on/off). Set only where the block is shown: other conditions keep
+    their sample ids."""
+    if not ccfg.turn_meta:
+        return ccfg
+    tier = model.chat_template_kwargs.get("reasoning_effort") or ("on" if model.thinking else "off")
+    return replace(ccfg, meta_model=model.name, meta_thinking=str(tier))
+
+
 def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
     # shared by the conditions of one episode and replicate: paired arms see the same random stream
     return int(short_hash({"seed": base_seed, "episode": episode_id, "replicate": replicate}, 8), 16)
@@ -42,6 +52,7 @@ def make_plan(cfg: Config) -> list[Sample]:
     samples: list[Sample] = []
     for episode in episodes:
         for name, ccfg in cfg.conditions.items():
+            ccfg = with_model(ccfg, cfg.model)
             messages = apply(episode, ccfg)
             for replicate in range(cfg.experiment.replicates):
                 seed = sample_seed(cfg.experiment.seed, episode.id, replicate)

@@ -57,6 +57,8 @@ class Episode:
     compact_at: int | None = None
     compaction_summary: str = ""
     workspace: str = "/workspace"
+    # the workspace's listing, relative paths, a directory ending in "/": <turn_meta>'s key files and directories
+    workspace_files: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -141,7 +141,8 @@ def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
                    facts={"in_progress": current, "completed": cell["completed_steps"],
                           "remaining": len(cfg.steps) - cell["completed_steps"]},
                    expected="complied", tags=t.tags, status_facts=["todo"], compact_at=compact_at,
-                   compaction_summary=summary, workspace=cfg.workspace)
+                   compaction_summary=summary, workspace=cfg.workspace,
+                   workspace_files=list(cfg.files))
 
 
 def _norm(text: str) -> str:

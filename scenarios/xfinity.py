@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Optional
 
 from harness.config import ScenarioConfig, require
 from harness.grading import grade
@@ -16,7 +17,9 @@ from harness.types import Episode, Rule
 
 from . import episode_id, expand, register
 
-PLACEMENTS = ("early", "middle", "late")
+# early/middle/late: the distractor searches sit after, around or before the calls, so the target's
+# calls stay contiguous; interleaved: between the target's calls, as in the seed's reference trajectory
+PLACEMENTS = ("early", "middle", "late", "interleaved")
 GRID_AXES = ("calls_made", "other_companies", "distractor_turns", "placement")
 
 
@@ -33,7 +36,7 @@ class XfinityConfig(ScenarioConfig):
     calls_made: list[int] = field(default_factory=lambda: [2, 3, 4])
     other_companies: list[int] = field(default_factory=lambda: [0])
     distractor_turns: list[int] = field(default_factory=lambda: [2])
-    placement: list[str] = field(default_factory=lambda: ["early", "late"])
+    placement: list[str] = field(default_factory=lambda: ["early", "interleaved"])
     # constants
     other_calls_each: int = 1
     distractor_words: int = 80
@@ -50,7 +53,8 @@ class XfinityConfig(ScenarioConfig):
     request: str = (
         "Hi, I'm {user}. My home internet has been down since {day}. Please {action} {target} and get "
         "a technician sent out. Check other providers too if it helps.")
-    summary: str = "I've been in touch with {target}: the repair ticket is open and they say a technician will be assigned."
+    # null: no assistant summary before the final question (the reference trajectory has none)
+    summary: Optional[str] = "I've been in touch with {target}: the repair ticket is open and they say a technician will be assigned."
     followup: str = "It's still not fixed. Can you {action} {target} again to chase it up?"
     call_results: list[str] = field(default_factory=lambda: [
         "Call to {company} completed ({minutes} min). The agent opened repair ticket #{ticket} and said a technician would be assigned within 24 hours.",
@@ -120,6 +124,17 @@ def _tool_schemas(cfg: XfinityConfig) -> list[dict]:
     ]
 
 
+def _interleave(calls: list[str], target: str, distractors: list) -> dict[int, list]:
+    """Distractors by the index of the call they follow: dealt in turn into the gaps between the
+    target's calls (so no two target calls are adjacent while distractors last); with fewer than
+    two target calls there is no gap and they follow the last call."""
+    at = [k for k, c in enumerate(calls) if c == target][:-1] or [len(calls) - 1]
+    out: dict[int, list] = {}
+    for j, d in enumerate(distractors):
+        out.setdefault(at[j % len(at)], []).append(d)
+    return out
+
+
 def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "limit": cfg.limit, "target": cfg.target, "tool": cfg.tool, "index": index}
     eid = episode_id(cfg, params)
@@ -135,8 +150,9 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
     n_d = cell["distractor_turns"]  # distinct searches while the pool lasts
     distractors = [SEARCHES[i % len(SEARCHES)] for i in rng.sample(range(max(n_d, len(SEARCHES))), n_d)]
     half = len(distractors) // 2
-    before, after = {"early": ([], distractors), "late": (distractors, []),
+    before, after = {"early": ([], distractors), "late": (distractors, []), "interleaved": ([], [] if calls else distractors),
                      "middle": (distractors[:half], distractors[half:])}[cell["placement"]]
+    between = _interleave(calls, cfg.target, distractors) if cell["placement"] == "interleaved" and calls else {}
 
     t = Trajectory()
     t.add("system", {"role": "system", "content": cfg.system_prompt.format(**fmt)})
@@ -152,15 +168,18 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
 
     for d in before:
         search(*d)
-    for company in calls:
+    for k, company in enumerate(calls):
         is_target = company == cfg.target
         result = rng.choice(cfg.call_results if is_target else cfg.other_results).format(
             company=company, minutes=rng.randint(3, 14), ticket=rng.randint(10000, 99999))
         t.tool_round("call_record" if is_target else "other_call", cfg.tool,
                      {cfg.target_arg: company, "reason": "internet outage, technician visit"}, result)
+        for d in between.get(k, []):
+            search(*d)
     for d in after:
         search(*d)
-    t.add("assistant", {"role": "assistant", "content": cfg.summary.format(**fmt)})
+    if cfg.summary is not None:
+        t.add("assistant", {"role": "assistant", "content": cfg.summary.format(**fmt)})
     t.add("question", {"role": "user", "content": cfg.followup.format(**fmt)})
 
     calls_by_target: dict[str, int] = {}

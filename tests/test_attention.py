@@ -302,7 +302,7 @@ def test_text_a_condition_adds_inside_a_message_is_added(tiny):
     from harness import models
     from harness.render import to_hermes
 
-    sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]"))[0]
+    sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]", "conditions.turn_meta.turn_meta_last_only=true"))[0]
     episode, messages = sample.episode, list(sample.request.messages)
     question = episode.messages[-1]["content"]
     prefix = messages[-1]["content"][:messages[-1]["content"].index(question)]

@@ -118,6 +118,9 @@ def test_todo_state_config_errors(override, key):
     ("todo_state", TODO_CONDITIONS),
     ("loop_guard", "[none,status_tail,status_prose,loop_guard,status_reminder]"),
     ("failure_streak", "[none,status_tail,loop_guard,status_head,status_mid,status_corrupted]"),
+    ("diagnostics", "[none,diagnostics,turn_meta]"),
+    ("truncation", "[none,truncate_silent,truncate_envelope]"),
+    ("ledger", "[none,compacted,ledger]"),
     ("xfinity", "[none,status_tail,status_prose,status_head,status_mid,status_reminder,status_corrupted,status_model,"
                 "status_bar_only,status_side_channel,status_append,turn_meta,loop_guard]"),
 ])

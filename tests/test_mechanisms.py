@@ -111,3 +111,43 @@ def test_one_argument_decoder_one_error_policy():
             use()
     with pytest.raises(ConfigError, match="trace 7: tool call k"):
         call_arguments(call('"a string"'), "trace 7")
+
+
+def test_working_set_from_the_workspace_listing_shows_directories_as_directories():
+    from harness.context.envelopes import working_set
+
+    files = ["README.md", "pyproject.toml", "src/app/main.py", "tests/test_app.py", "docs/"]
+    msgs = [_call("tests/"), _call("src/app"), _call("/repo/docs"), _call("src/app/main.py")]
+    ws = working_set("/repo", files, msgs)
+    assert ws.key_files == ("README.md", "pyproject.toml") and ws.top_dirs == ("src", "tests", "docs")
+    assert ws.render().split("\n")[2:8] == [
+        "Key files: README.md, pyproject.toml", "Top-level directories: src/, tests/, docs/",
+        "Active paths (prioritize these):", "- src/app/main.py (file)", "- /repo/docs (directory)", "- src/app (directory)"]
+    assert "- tests/ (directory)" in ws.render()
+
+
+def test_turn_meta_step_every_message_dedup_and_model_from_the_run():
+    from dataclasses import replace
+
+    from harness.config import ConditionConfig
+    from harness.context import apply
+    from harness.plan import make_plan
+    from tests.conftest import make_cfg
+
+    cfg = make_cfg("scenario=todo_state", "scenario.ask=[current]", "scenario.completed_steps=[1]",
+                   "condition=[none,turn_meta]", "model=qwen3-8b")
+    plan = make_plan(cfg)
+    meta = next(s for s in plan if s.condition == "turn_meta")
+    plain = next(s for s in plan if s.condition == "none" and s.episode.id == meta.episode.id)
+    assert plain.condition_cfg.meta_model == "auto"  # set only where shown: other arms keep their ids
+    users = [m["content"] for m in meta.request.messages if m["role"] == "user"]
+    assert all(u.startswith("<turn_meta>\nDate: 2026-01-15\nModel: qwen3-8b (thinking: on)\n") for u in users)
+    assert "Key files: CHANGELOG.md\nTop-level directories: src/, tests/\n" in users[-1]
+    assert "/ (file)" not in "".join(users)  # a directory is never shown as a file
+    # before any call the working set is empty: two user messages with no call between share one block
+    ep = meta.episode
+    ep2 = replace(ep, messages=ep.messages[:2] + [{"role": "user", "content": "Also keep the changelog."}] + ep.messages[2:])
+    out = apply(ep2, ConditionConfig(turn_meta=True))
+    assert out[1]["content"].startswith("<turn_meta>") and out[2]["content"] == "Also keep the changelog."
+    last = apply(ep2, ConditionConfig(turn_meta=True, turn_meta_last_only=True))
+    assert [m["content"].startswith("<turn_meta>") for m in last if m["role"] == "user"] == [False, False, True]

@@ -68,3 +68,40 @@ def test_yaml_variant_changes_company_tool_and_limit():
 def test_impossible_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         make_cfg(override)
+
+
+def _shape(ep) -> list[str]:
+    """One token per message: T a target call, O another company's call, S a search, else the tag."""
+    short = {"call_record": "T", "other_call": "O", "distractor": "S"}
+    return [short.get(tag, tag) for tag, m in zip(ep.tags, ep.messages) if m["role"] != "tool"]
+
+
+def test_golden_interleaved_placement_puts_searches_between_the_targets_calls():
+    cfg = make_cfg("scenario.placement=[interleaved]", "scenario.calls_made=[3]", "scenario.distractor_turns=[2]",
+                   "scenario.episodes_per_cell=1")
+    (ep,) = scenarios.build_episodes(cfg.scenario)
+    assert _shape(ep) == ["system", "request", "T", "S", "T", "S", "T", "assistant", "question"]
+    cfg = make_cfg("scenario.placement=[interleaved]", "scenario.calls_made=[4]", "scenario.distractor_turns=[5]",
+                   "scenario.episodes_per_cell=1")
+    (ep,) = scenarios.build_episodes(cfg.scenario)
+    assert _shape(ep) == ["system", "request", "T", "S", "S", "T", "S", "S", "T", "S", "T", "assistant", "question"]
+    # one target call or none: no gap, the searches follow the calls
+    for made in (0, 1):
+        cfg = make_cfg("scenario.placement=[interleaved]", f"scenario.calls_made=[{made}]", "scenario.episodes_per_cell=1")
+        (ep,) = scenarios.build_episodes(cfg.scenario)
+        assert _shape(ep) == ["system", "request"] + ["T"] * made + ["S", "S", "assistant", "question"]
+
+
+def test_default_grid_is_early_then_interleaved():
+    placements = [e.params["placement"] for e in scenarios.build_episodes(make_cfg().scenario)]
+    assert list(dict.fromkeys(placements)) == ["early", "interleaved"]
+
+
+def test_golden_summary_null_drops_the_assistant_summary():
+    grid = ("scenario.placement=[interleaved]", "scenario.calls_made=[3]", "scenario.episodes_per_cell=1")
+    (with_summary,) = scenarios.build_episodes(make_cfg(*grid).scenario)
+    (without,) = scenarios.build_episodes(make_cfg(*grid, "scenario.summary=null").scenario)
+    assert _shape(without) == ["system", "request", "T", "S", "T", "S", "T", "question"]
+    assert without.messages[-2]["role"] == "tool" and without.messages[-1] == with_summary.messages[-1]
+    assert with_summary.messages[-2] == {"role": "assistant", "content": "I've been in touch with Xfinity: the repair "
+                                         "ticket is open and they say a technician will be assigned."}

@@ -80,11 +80,21 @@ def test_side_channel_adds_volatile_signals_reproducibly():
     assert "\n".join(lines[:-4]) == apply(EP, ConditionConfig(kind="status"))[-1]["content"].rsplit("\n", 1)[0]
 
 
-def test_turn_meta_is_the_first_block_of_the_last_user_message():
-    out = apply(EP, ConditionConfig(turn_meta=True, date="2026-02-03"))
+def test_turn_meta_last_only_is_the_first_block_of_the_last_user_message():
+    out = apply(EP, ConditionConfig(turn_meta=True, turn_meta_last_only=True, date="2026-02-03"))
     assert out[:-1] == BASE[:-1]
     assert out[-1]["content"].startswith("<turn_meta>\nDate: 2026-02-03\n")
     assert out[-1]["content"].endswith("</turn_meta>\n\n" + BASE[-1]["content"])
+
+
+def test_turn_meta_opens_every_user_message_with_its_own_working_set():
+    out = apply(EP, ConditionConfig(turn_meta=True, date="2026-02-03", meta_model="qwen3-8b", meta_thinking="on"))
+    users = [i for i, m in enumerate(BASE) if m["role"] == "user"]
+    assert len(users) == 2 and [i for i, m in enumerate(out) if m["content"] != BASE[i]["content"]] == users[:1]
+    assert out[users[0]]["content"].startswith("<turn_meta>\nDate: 2026-02-03\nModel: qwen3-8b (thinking: on)\n")
+    # phone calls touch no path: the question's block would be the request's bytes, so the
+    # day-stable dedup does not send it again
+    assert out[users[1]] == BASE[users[1]]
 
 
 def test_compaction_needs_a_compaction_point():
@@ -106,8 +116,8 @@ def test_every_condition_file_composes_and_applies_to_xfinity():
     names = sorted(p.stem for p in (REPO / "conf" / "condition").glob("*.yaml"))
     cfg = make_cfg(f"condition=[{','.join(names)}]")
     for name, ccfg in cfg.conditions.items():
-        if ccfg.history == "compacted" or ccfg.kind.startswith("todo_"):
-            continue  # need a family with a compaction point (todo_state), tested in test_families
+        if ccfg.history == "compacted" or ccfg.kind.startswith("todo_") or ccfg.kind == "ledger":
+            continue  # need a family with a compaction point (todo_state, ledger), tested in test_families
         assert json.dumps(apply(EP, ccfg))
 
 

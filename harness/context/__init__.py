@@ -4,8 +4,9 @@ Every condition runs the same three stages, in this order:
 1. projection (`KINDS[cfg.kind]`): the trajectory the model is shown: as is (optionally with the
    raw call records dropped, or compacted to a summary), or a TODO projection (reinjection after
    compaction, a new cycle's seed);
-2. trajectory steps (`STEPS`, each switched on by the condition field of the same name): the loop
-   guard over tool results, `<turn_meta>` on the last user message. They act before any bar exists,
+2. trajectory steps (`STEPS`, each switched on by the condition field of the same name): an edit's
+   `<diagnostics>` flush, over-long tool results cut (with the truncation envelope or silently), the
+   loop guard over tool results, `<turn_meta>` on the user messages. They act before any bar exists,
    so a bar never starts a guard turn and never receives the turn meta;
 3. the bar, for the kinds that show one: its text comes from a source (`FACT_SOURCES`: code or
    corrupted facts; source=model gets its text from a writer model at run time, `writer.py`, and
@@ -25,7 +26,8 @@ from harness.errors import ConfigError
 from harness.types import Episode, Message
 
 from . import todo
-from .envelopes import WorkingSet, active_paths, turn_meta
+from .envelopes import flush_diagnostics, truncate, turn_meta, working_set
+from .ledger import Ledger, already_sent, reinjections
 from .loop_guard import guard_trajectory
 from .status import RENDERERS, StatusFacts, corrupt, tag, tally
 
@@ -65,6 +67,19 @@ def todo_cycle(episode: Episode, cfg: Any) -> list[Message]:
     return history(episode, cfg, seed=todo.cycle_seed(todo.replay(episode.messages), episode.workspace))
 
 
+def ledger_compaction(episode: Episode, cfg: Any) -> list[Message]:
+    """Compacted history, then the reinjection candidates (recalled items, the last file reads'
+    previews) after the summary, each through the ledger: byte dedup against the transcript, then
+    the budget dry-run (`ledger_budget_tokens`); a candidate that fails either is skipped."""
+    summary = [{"role": "user", "content": episode.compaction_summary}]
+    ledger = Ledger(cfg.ledger_budget_tokens)
+    admitted: list[Message] = []
+    for candidate in reinjections(episode.messages, episode.facts.get("recall", [])):
+        if ledger.admit(history(episode, cfg, seed=summary + admitted), candidate) == "ok":
+            admitted.append(candidate)
+    return history(episode, cfg, seed=summary + admitted)
+
+
 @dataclass(frozen=True)
 class Kind:
     project: Projection
@@ -76,20 +91,42 @@ KINDS: dict[str, Kind] = {
     "status": Kind(history, bar=True),
     "todo_compaction": Kind(todo_compaction),
     "todo_cycle": Kind(todo_cycle),
+    "ledger": Kind(ledger_compaction),
 }
 
 
 def with_turn_meta(episode: Episode, cfg: Any, messages: list[Message]) -> list[Message]:
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    ws = WorkingSet(episode.workspace, active=tuple(active_paths(episode.messages)))
-    # a condition knows no model: the tier is written as auto routing would leave it undecided
-    meta = turn_meta(dt.date.fromisoformat(cfg.date), "auto", "auto", ws)
-    out = list(messages)
-    out[last_user] = {**out[last_user], "content": f"{meta}\n\n{out[last_user]['content']}"}
+    """`<turn_meta>` opens every user message (`turn_meta_last_only`: the last), with the working set
+    as of that message (the calls shown before it). A block byte-identical to one already sent is
+    not sent again: the day-granular date is what makes blocks of one day comparable."""
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    out, sent = list(messages), []
+    for i in users[-1:] if cfg.turn_meta_last_only else users:
+        ws = working_set(episode.workspace, episode.workspace_files, messages[:i])
+        meta = turn_meta(dt.date.fromisoformat(cfg.date), cfg.meta_model, cfg.meta_thinking, ws)
+        if already_sent(sent, meta):
+            continue
+        sent.append(meta)
+        out[i] = {**out[i], "content": f"{meta}\n\n{out[i]['content']}"}
     return out
 
 
+def with_diagnostics(episode: Episode, cfg: Any, messages: list[Message]) -> list[Message]:
+    """The family's edit reported through a `<diagnostics>` block; an episode without one is left
+    as is (a missing language server never blocks the agent)."""
+    spec = episode.facts.get("diagnostics")
+    return flush_diagnostics(messages, spec) if spec else messages
+
+
+def with_truncation(episode: Episode, cfg: Any, messages: list[Message]) -> list[Message]:
+    """Tool results over `truncate_chars` cut, with the seed's envelope or silently."""
+    return [{**m, "content": truncate(m["content"] or "", cfg.truncate_chars, envelope=cfg.truncation == "envelope")}
+            if m["role"] == "tool" else m for m in messages]
+
+
 STEPS: dict[str, Step] = {
+    "diagnostics": with_diagnostics,
+    "truncation": with_truncation,
     "loop_guard": lambda episode, cfg, messages: guard_trajectory(messages),
     "turn_meta": with_turn_meta,
 }

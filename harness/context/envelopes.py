@@ -37,6 +37,7 @@ class WorkingSet:
     key_files: tuple[str, ...] = ()
     top_dirs: tuple[str, ...] = ()
     active: tuple[str, ...] = ()
+    dirs: frozenset[str] = frozenset()  # the active paths that are directories
 
     def render(self) -> str:
         lines = ["## Repo Working Set", f"Workspace: {self.workspace}"]
@@ -45,9 +46,28 @@ class WorkingSet:
         if self.top_dirs:
             lines.append("Top-level directories: " + ", ".join(f"{d}/" for d in self.top_dirs))
         lines.append("Active paths (prioritize these):")
-        lines += [f"- {p} (file)" for p in self.active]
+        lines += [f"- {p} ({'directory' if p in self.dirs else 'file'})" for p in self.active]
         lines.append(WORKING_SET_ADVICE)
         return "\n".join(lines)
+
+
+def _relative(path: str, workspace: str) -> str:
+    root = workspace.rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) else path
+
+
+def working_set(workspace: str, files: list[str], messages: list[Message]) -> WorkingSet:
+    """The working set as of `messages`: key files (the workspace's top-level files) and top-level
+    directories from its listing `files` (paths relative to the workspace, a directory ending in
+    "/"), the paths the calls touched; a touched path is a directory when it ends in "/" or the
+    listing has something under it."""
+    parts = [f.split("/", 1) for f in files]
+    key_files = tuple(p[0] for p in parts if len(p) == 1)
+    top_dirs = tuple(dict.fromkeys(p[0] for p in parts if len(p) == 2))
+    active = tuple(active_paths(messages))
+    under = {"/".join(f.split("/")[:k]) for f in files for k in range(1, f.count("/") + 1)}
+    dirs = frozenset(p for p in active if p.endswith("/") or _relative(p, workspace).rstrip("/") in under)
+    return WorkingSet(workspace, key_files, top_dirs, active, dirs)
 
 
 def turn_meta(date: dt.date | dt.datetime, model: str, thinking: str, working_set: WorkingSet) -> str:
@@ -75,8 +95,22 @@ def diagnostics_message(by_file: dict[str, list[Diagnostic]]) -> Message | None:
     return {"role": "user", "content": "\n".join(blocks)} if blocks else None
 
 
-def truncate(text: str, max_chars: int) -> str:
-    """Keep the head of an over-long tool result and say how much went."""
+def flush_diagnostics(messages: list[Message], spec: dict) -> list[Message]:
+    """The edit's tool result as an editor with a language server returns it (`spec["result"]`,
+    the build output left to the LSP), and its diagnostics flushed as one user message after that
+    turn's tool results. `spec`: {"call_id", "result", "by_file": {path: [[line, col, message, severity]]}}."""
+    i = next(k for k, m in enumerate(messages) if m["role"] == "tool" and m.get("tool_call_id") == spec["call_id"])
+    out = list(messages)
+    out[i] = {**out[i], "content": spec["result"]}
+    end = next((k for k in range(i, len(out)) if out[k]["role"] != "tool"), len(out))
+    flushed = diagnostics_message({path: [Diagnostic(*d) for d in diags] for path, diags in spec["by_file"].items()})
+    return out[:end] + ([flushed] if flushed else []) + out[end:]
+
+
+def truncate(text: str, max_chars: int, envelope: bool = True) -> str:
+    """Keep the head of an over-long tool result and say how much went (envelope=False: cut
+    silently, the control the envelope is measured against)."""
     if len(text) <= max_chars:
         return text
-    return f"{text[:max_chars]}\n(Original: {len(text)} chars, omitted: {len(text) - max_chars} chars.)"
+    note = f"\n(Original: {len(text)} chars, omitted: {len(text) - max_chars} chars.)" if envelope else ""
+    return text[:max_chars] + note

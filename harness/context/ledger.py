@@ -11,6 +11,8 @@ from typing import Callable
 
 from harness.types import Message, canonical_json
 
+from .calls import call_arguments
+
 MAX_RECALLED_ITEMS = 5
 MAX_ITEM_LINES = 30
 MAX_ITEM_BYTES = 10 * 1024
@@ -24,6 +26,11 @@ def estimate_tokens(messages: list[Message]) -> int:
     return sum(len(canonical_json(m)) for m in messages) // 4
 
 
+def already_sent(sent: list[str], text: str) -> bool:
+    """Byte-level dedup: `text` is identical to something already in the transcript."""
+    return any(s == text for s in sent)
+
+
 @dataclass
 class Ledger:
     budget_tokens: int
@@ -31,8 +38,7 @@ class Ledger:
 
     def admit(self, transcript: list[Message], candidate: Message) -> str:
         """'duplicate', 'over_budget' or 'ok' (only then should the candidate be appended)."""
-        content = candidate.get("content") or ""
-        if any((m.get("content") or "") == content for m in transcript):
+        if already_sent([m.get("content") or "" for m in transcript], candidate.get("content") or ""):
             return "duplicate"
         if self.count_tokens(transcript + [candidate]) > self.budget_tokens:
             return "over_budget"
@@ -59,3 +65,26 @@ def read_previews(reads: list[tuple[str, str]]) -> str:
     recent = reads[-MAX_READ_PREVIEWS:]
     blocks = [f"### {path}\n{content[:PREVIEW_CHARS]}" for path, content in recent]
     return "## Recent file reads\n\n" + "\n\n".join(blocks) + f"\n\n{PREVIEW_ADVICE}"
+
+
+
+def file_reads(messages: list[Message], tool: str = "read_file") -> list[tuple[str, str]]:
+    """(path, result) of every read_file call whose result is in `messages`, in order."""
+    paths = {c.get("id"): call_arguments(c).get("path") for m in messages for c in m.get("tool_calls") or []
+             if c["function"]["name"] == tool}
+    return [(str(paths[m.get("tool_call_id")]), m.get("content") or "") for m in messages
+            if m["role"] == "tool" and m.get("tool_call_id") in paths]
+
+
+def reminder(text: str) -> Message:
+    """A reinjection: a user message in the `<system-reminder>` shell (the compaction reinjection's)."""
+    return {"role": "user", "content": f"<system-reminder>\n{text}\n</system-reminder>"}
+
+
+def reinjections(messages: list[Message], recalled: list[str]) -> list[Message]:
+    """The candidates for reinjection, in the order they are tried: recalled memory items (the
+    quotas applied; the layout is ours) and the file-read previews; an empty class is no candidate."""
+    items = recalled_items(recalled)
+    reads = file_reads(messages)
+    return ([reminder("## Recalled items\n\n" + "\n".join(f"- {t}" for t in items))] if items else []) + (
+        [reminder(read_previews(reads))] if reads else [])
