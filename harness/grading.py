@@ -85,8 +85,8 @@ def grade_with(classify: Classifier, episode: Episode, completion: Completion) -
     _, answer = split_thinking(completion.text)
     calls = parse_tool_calls(answer, completion.tool_calls)
     label = classify(episode, answer, calls)
-    if label == "refused" and imitates_protocol(answer):
-        label = "other"  # a fake tool result or call fragment is no answer to the user
+    if label == "refused" and imitates_protocol(answer) and not any(not c.malformed for c in calls):
+        label = "other"  # a fake tool result or a call fragment, with no real call, is no answer to the user
     if completion.finish_reason == "length" and label in UNDECIDED:
         label = "truncated"
     return label, label == episode.expected, calls

@@ -31,6 +31,7 @@ FIX_TOOLS = ("edit_file", "read_file")
 
 @dataclass
 class DiagnosticsConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "diagnostics"
     name: str = "diagnostics"
     error: list[bool] = field(default_factory=lambda: [True, False])
@@ -92,7 +93,7 @@ def _build_log(rng: random.Random, lines: int, error: str | None, path: str, at:
 
 def _episode(cfg: DiagnosticsConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     error = rng.choice(cfg.errors) if cell["error"] else None
     at = (rng.randint(6, 9), rng.randint(5, 30))
@@ -141,4 +142,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("diagnostics", DiagnosticsConfig, grade=partial(grade_with, classify))
 def build(cfg: DiagnosticsConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)

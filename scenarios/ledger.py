@@ -30,6 +30,7 @@ GRID_AXES = ("later_reads",)
 
 @dataclass
 class LedgerConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "ledger"
     name: str = "ledger"
     later_reads: list[int] = field(default_factory=lambda: [4, 14])
@@ -67,7 +68,7 @@ def _config(service: str, port: int, rng: random.Random) -> str:
 
 def _episode(cfg: LedgerConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     ports = rng.sample(range(8000, 9900), len(cfg.services) + 1)
     port = ports.pop()
@@ -111,4 +112,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("ledger", LedgerConfig, grade=partial(grade_with, classify))
 def build(cfg: LedgerConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)

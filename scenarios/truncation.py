@@ -37,6 +37,7 @@ ASKS_FOR_MORE = (r"\b(truncat\w*|omitted|cut off|cut short|incomplete|partial|re
 
 @dataclass
 class TruncationConfig(ScenarioConfig):
+    grid_axes = GRID_AXES
     family: str = "truncation"
     name: str = "truncation"
     lines: list[int] = field(default_factory=lambda: [12, 120])  # 12 fits under 1,500 characters, 120 does not
@@ -72,7 +73,7 @@ def _log(rng: random.Random, lines: int, outcome: str) -> str:
 
 def _episode(cfg: TruncationConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index}
-    eid = episode_id(cfg, params, GRID_AXES)
+    eid = episode_id(cfg, params)
     rng = random.Random(eid)
     log = _log(rng, cell["lines"], cell["outcome"])
     t = Trajectory()
@@ -105,4 +106,4 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
 
 @register("truncation", TruncationConfig, grade=partial(grade_with, classify))
 def build(cfg: TruncationConfig) -> list[Episode]:
-    return expand(cfg, GRID_AXES, _episode)
+    return expand(cfg, _episode)
