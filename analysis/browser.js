@@ -153,9 +153,7 @@
   }
 
   function completion(s) {
-    let thinking = s.reasoning, answer = s.text;
-    const close = answer.indexOf("</think>");
-    if (!thinking && close >= 0) { thinking = answer.slice(0, close + 8); answer = answer.slice(close + 8); }
+    const thinking = s.thinking, answer = s.answer;
     const box = el("div", { class: "sb-completion" });
     if (thinking) {
       box.append(el("details", { class: "sb-thinking" },
@@ -207,6 +205,11 @@
     }
     detail.append(legend([...names]), pair);
     show(peers[0]);
+    // each prompt opens at its first differing text (the condition's status bar, usually near the end)
+    for (const pre of pair.querySelectorAll("pre.sb-prompt")) {
+      const mark = pre.querySelector(".sb-diff");
+      if (mark) pre.scrollTop = Math.max(0, mark.offsetTop - 60);
+    }
     if (s.attention) detail.append(attentionView(s));
     detail.scrollIntoView({ block: "start" });
   }

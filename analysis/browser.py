@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.attention_figures import region_colors
 from analysis.load import grid_columns
+from harness.render import split_thinking
 from harness.rundir import PROMPTS, run_parts
 from harness.store import read_jsonl
 
@@ -138,6 +139,13 @@ def _attention(run_dir: Path, ref: str) -> dict | None:
     return out
 
 
+def _completion(r: pd.Series) -> dict:
+    """Thinking and answer, split by the harness's own rule (a reasoning field wins)."""
+    thinking, answer = split_thinking("" if pd.isna(r["text"]) else r["text"])
+    return {"thinking": r["reasoning"] if isinstance(r["reasoning"], str) and r["reasoning"] else thinking,
+            "answer": answer}
+
+
 def _tool_calls(value) -> list:
     if isinstance(value, str):
         try:
@@ -168,7 +176,7 @@ def collect(df: pd.DataFrame, run_dirs: list[Path], limit: int | None = DEFAULT_
              "cost_usd": _num(r["cost_usd"]), "latency_s": _num(r["latency_s"]),
              "finish_reason": None if pd.isna(r["finish_reason"]) else r["finish_reason"],
              "error": None if pd.isna(r["error"]) else r["error"], "scripted": bool(r["scripted"]),
-             "text": "" if pd.isna(r["text"]) else r["text"], "reasoning": "" if pd.isna(r["reasoning"]) else r["reasoning"],
+             **_completion(r),
              "tool_calls": _tool_calls(r["tool_calls"]),
              "prompt": r["prompt_sha256"] if r["prompt_sha256"] in prompts else None}
         ref = r.get("attention_ref")
