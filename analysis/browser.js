@@ -120,7 +120,7 @@
       el("b", { text: s.condition }), ` · ${s.label} · `,
       isThis ? el("i", { text: "this sample" }) : el("a", { href: "#", text: "open", onclick: (e) => { e.preventDefault(); open(s.id); } }));
     if (!p) return el("div", { class: "sb-col" }, head, el("p", { text: "prompt not stored (prompts.jsonl has no entry for it)" }));
-    const how = p.rendered != null ? "rendered text, exactly as sent" : "messages (the backend rendered them itself)";
+    const how = p.rendered ? "rendered text, exactly as sent" : "messages (the backend rendered them itself)";
     const tools = p.tools.length ? ` · tools: ${p.tools.join(", ")}` : "";
     return el("div", { class: "sb-col", "data-id": s.id }, head, el("div", { class: "sb-note", text: how + tools }),
       promptView(s, p.text, marks));

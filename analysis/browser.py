@@ -26,7 +26,7 @@ from harness.render import split_thinking
 from harness.rundir import PROMPTS, run_parts
 from harness.store import read_jsonl
 
-DEFAULT_LIMIT = 2000
+DEFAULT_LIMIT = 1000
 GROUP = ["run", "model", "episode_id", "replicate"]  # one episode and replicate: its arms differ only by condition
 # the grader's explanation, under the names a record may carry it
 REASON_FIELDS = ("reason", "label_reason", "grade_reason")
@@ -184,7 +184,10 @@ def collect(df: pd.DataFrame, run_dirs: list[Path], limit: int | None = DEFAULT_
             s["attention"] = _attention(Path(r["run"]), ref)
         samples.append(s)
     _pair(samples, baseline, texts)
-    return {"samples": samples, "region_colors": region_colors(), "prompts": {sha: {**p, "text": texts[sha]} for sha, p in prompts.items()},
+    # each prompt once, as its display text only (the messages are in it): the page's bulk
+    return {"samples": samples, "region_colors": region_colors(),
+            "prompts": {sha: {"text": texts[sha], "rendered": p["rendered"] is not None, "tools": p["tools"]}
+                        for sha, p in prompts.items()},
             "baseline": baseline, "total": len(df), "left_out": left_out, "limit": limit or None,
             "filters": {"run": sorted(df["run_label"].unique()), "model": sorted(df["model"].unique()),
                         "condition": list(dict.fromkeys(df["condition"])), "label": sorted(df["label"].unique()),

@@ -196,9 +196,8 @@ def test_browser_in_headless_chromium(run, tmp_path):
         assert strip.count() > 10 and "status" in strip.nth(0).evaluate(
             "() => [...document.querySelectorAll('#sb-attn .sb-tok')].find(t => t.textContent.includes('agent_status')).title")
         assert "thinking (4 tok)" in page.inner_text("#sb-attn .sb-phases")
-        detail.scroll_into_view_if_needed()
         shot = tmp_path / "browser.png"
-        page.screenshot(path=str(shot), full_page=True)
+        page.locator("#sb-browser").screenshot(path=str(shot))  # the browser, one sample open
         chrome.close()
     print(f"sample browser screenshot: {shot}")
     assert shot.stat().st_size > 10_000
