@@ -77,7 +77,7 @@
     const n = text.length;
     const region = new Array(n).fill(null);
     const att = s.attention;
-    if (att && att.offsets && att.text === text) {
+    if (att && att.offsets && (att.text == null || att.text === text)) {
       for (let t = 0; t < att.token_regions.length; t++) {
         const name = att.regions[att.token_regions[t]];
         for (let c = att.offsets[2 * t]; c < att.offsets[2 * t + 1]; c++) region[c] = name;
@@ -130,9 +130,10 @@
     const a = s.attention;
     const box = el("div", { id: "sb-attn" }, el("h4", { text: `Attention at layer ${a.layer} (mean over heads and all generated tokens), per prompt token` }));
     const strip = el("pre", { class: "sb-prompt sb-strip" });
+    const source = a.text == null && s.prompt ? data.prompts[s.prompt].text : a.text;
     for (let t = 0; t < a.shade.length; t++) {
       const name = a.regions[a.token_regions[t]];
-      const text = a.offsets ? a.text.slice(a.offsets[2 * t], a.offsets[2 * t + 1]) || "\u00b7" : "\u2003";
+      const text = a.offsets ? source.slice(a.offsets[2 * t], a.offsets[2 * t + 1]) || "\u00b7" : "\u2003";
       strip.append(el("span", {
         class: "sb-tok", title: `token ${t} · ${name} · shade ${a.shade[t]}/255`,
         style: `background: rgba(213,94,0,${(a.shade[t] / 255).toFixed(3)}); border-bottom: 3px solid ${color(name)}`, text,
@@ -211,6 +212,7 @@
       if (mark) pre.scrollTop = Math.max(0, mark.offsetTop - 60);
     }
     if (s.attention) detail.append(attentionView(s));
+    if (s.attention_error) detail.append(el("p", { id: "sb-attn-error", text: `attention not shown: ${s.attention_error}` }));
     detail.scrollIntoView({ block: "start" });
   }
 

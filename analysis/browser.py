@@ -104,16 +104,13 @@ def _num(x) -> float | None:
     return None if x is None or pd.isna(x) else float(x)
 
 
-def _attention(run_dir: Path, ref: str) -> dict | None:
+def _attention(run_dir: Path, ref: str) -> dict:
     """Per-token attention at the strip layer (8-bit, log-scaled between the 1st and the max) with
     token offsets into the text the probe tokenized, and each phase's share per region."""
     from harness.attention import store
     from harness.attention.regions import region_group
 
-    try:
-        a = store.load_ref(run_dir, ref)
-    except (OSError, KeyError, ValueError):
-        return None
+    a = store.load_ref(run_dir, ref)
     names = [str(n) for n in a["regions"]]
     groups = list(dict.fromkeys(region_group(n) for n in names))
     gid = [groups.index(region_group(n)) for n in names]
@@ -131,8 +128,7 @@ def _attention(run_dir: Path, ref: str) -> dict | None:
                                                    for j, g in enumerate(groups)}}
     out = {"layer": int(a["strip_layer"]), "regions": groups,
            "token_regions": [gid[r] for r in a["token_regions"].tolist()],
-           "shade": np.round(shade * 255).astype(int).tolist(), "phases": phases,
-           "max": float(strip.max()) if strip.size else None}
+           "shade": np.round(shade * 255).astype(int).tolist(), "phases": phases}
     if "token_offsets" in a:  # older runs stored no offsets: the page shows the strip as a token band
         out["offsets"] = a["token_offsets"].reshape(-1).tolist()
         out["text"] = str(a["prompt_text"])
@@ -181,7 +177,13 @@ def collect(df: pd.DataFrame, run_dirs: list[Path], limit: int | None = DEFAULT_
              "prompt": r["prompt_sha256"] if r["prompt_sha256"] in prompts else None}
         ref = r.get("attention_ref")
         if isinstance(ref, str) and ref:
-            s["attention"] = _attention(Path(r["run"]), ref)
+            try:
+                s["attention"] = att = _attention(Path(r["run"]), ref)
+            except (OSError, KeyError, ValueError) as exc:  # shown on the sample, not dropped silently
+                s["attention_error"] = f"{ref}: {exc}"
+            else:
+                if att.get("text") is not None and att["text"] == texts.get(s["prompt"]):
+                    att["text"] = None  # the probe tokenized the prompt as stored: embed it once
         samples.append(s)
     _pair(samples, baseline, texts)
     # each prompt once, as its display text only (the messages are in it): the page's bulk

@@ -115,10 +115,15 @@ def test_collect_pairs_arms_and_reads_attention(run):
     assert any("<agent_status>" in text[a:b] for a, b in tail["diff"][peer["id"]])
     att = tail["attention"]
     assert len(att["offsets"]) == 2 * len(att["shade"]) and max(att["shade"]) == 255
+    assert att["text"] is None  # the probe's text is the stored prompt's: embedded once
     assert att["regions"][att["token_regions"][int(np.argmax(att["shade"]))]] == "status"
     assert att["phases"]["thinking"]["share"]["status"] > att["phases"]["answer"]["share"]["status"]
     hostile = next(s for s in by_id.values() if s["answer"] == HOSTILE)
     assert hostile["reason"] == REASON and hostile["cost_usd"] == 0.002 and "count the calls" in hostile["thinking"]
+    df = load_records([run])
+    df.loc[df["sample_id"] == tail["id"], "attention_ref"] = "attention/part-000099.npz#gone"
+    broken = next(s for s in browser.collect(df, [run])["samples"] if s["id"] == tail["id"])
+    assert "attention" not in broken and broken["attention_error"].startswith("attention/part-000099.npz#gone")
     page = browser.fragment(data)
     assert "window.pwned" in page and "</script><script>window.pwned" not in page  # the JSON cannot close its element
 
