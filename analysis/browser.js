@@ -28,8 +28,9 @@
   const embedded = data.samples.length;
   let summary = `${embedded} of ${data.total} samples embedded.`;
   if (data.left_out > 0) {
-    summary += ` ${data.left_out} left out (limit ${data.limit}): every episode with an error is kept, then a ` +
+    summary += ` ${data.left_out} left out (limit ${data.limit}): episodes with an error come first, then a ` +
       "stratified sample (by label and grid cell) of the rest; `python -m analysis.view RUN_DIR --limit 0` opens them all.";
+    if (data.errors_left_out > 0) summary += ` More errors than the limit: ${data.errors_left_out} of them are among those left out.`;
   }
   root.append(el("p", { id: "sb-summary", text: summary }));
   if (!embedded) return;

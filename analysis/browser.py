@@ -191,6 +191,7 @@ def collect(df: pd.DataFrame, run_dirs: list[Path], limit: int | None = DEFAULT_
             "prompts": {sha: {"text": texts[sha], "rendered": p["rendered"] is not None, "tools": p["tools"]}
                         for sha, p in prompts.items()},
             "baseline": baseline, "total": len(df), "left_out": left_out, "limit": limit or None,
+            "errors_left_out": int((df["label"] == "error").sum() - (kept["label"] == "error").sum()),
             "filters": {"run": sorted(df["run_label"].unique()), "model": sorted(df["model"].unique()),
                         "condition": list(dict.fromkeys(df["condition"])), "label": sorted(df["label"].unique()),
                         "cell": sorted({s["cell"] for s in samples})}}

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import browser, report
-from analysis.load import load_records
+from analysis.load import COLUMNS, load_records
 from harness.attention import store
 from tests.test_regress import scripted_run
 
@@ -95,6 +95,8 @@ def test_select_keeps_every_error_whole_episodes_and_the_strata():
     again, _ = browser.select(df, 500)
     assert again["sample_id"].tolist() == kept["sample_id"].tolist()  # seeded: the same page twice
     assert browser.select(df, 0)[1] == 0 and browser.select(df, None)[0] is df
+    data = browser.collect(df.assign(**{c: None for c in COLUMNS if c not in df}), [], 500)
+    assert data["left_out"] == left_out and data["errors_left_out"] == 0 and len(data["samples"]) == len(kept)
 
 
 def test_differing_marks_only_the_changed_words():
