@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 from pathlib import Path
 
