@@ -21,6 +21,11 @@ from harness.attention.regions import region_group
 
 REGION_ORDER = ["template", "system", "request", "call_records", "other_call", "distractor", "assistant", "question",
                 "status", "added", "generated"]
+# one colour per region everywhere (strip figure, sample browser): Okabe-Ito, the status bar in
+# vermillion and condition text in reddish purple so they stand out; greys for scaffolding
+REGION_COLORS = {"template": "#BBBBBB", "system": "#777777", "request": "#009E73", "call_records": "#0072B2",
+                 "other_call": "#56B4E9", "distractor": "#F0E442", "assistant": "#E69F00", "question": "#000000",
+                 "status": "#D55E00", "added": "#CC79A7", "generated": "#444444"}
 HEATMAP, SHARES, STRIP = "attention_layers_by_region", "attention_share_by_region", "attention_token_strip"
 
 
@@ -44,6 +49,12 @@ def layer_shares(run_dirs: list[Path], df: pd.DataFrame) -> pd.DataFrame:
                 long = share.rename_axis("layer").reset_index().melt(id_vars="layer", var_name="region", value_name="share")
                 rows.append(long.assign(sample_id=sid, run=str(run), condition=meta.at[sid, "condition"], phase=phase))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def region_colors(names=()) -> dict[str, str]:
+    """REGION_COLORS, plus a stable colour for any other region name."""
+    extra = [n for n in dict.fromkeys(names) if n not in REGION_COLORS]
+    return {**REGION_COLORS, **colors(extra)}
 
 
 def _ordered(regions) -> list[str]:
@@ -107,7 +118,7 @@ def strip_figure(examples: list[tuple[str, dict[str, np.ndarray]]]):
     from matplotlib.patches import Patch
 
     names = _ordered({region_group(str(a["regions"][r])) for _, a in examples for r in np.unique(a["token_regions"])})
-    palette = colors(names)
+    palette = region_colors(names)
     fig = Figure(figsize=(FULL_WIDTH, 0.9 * len(examples) + 0.8), layout="constrained")
     axes = fig.subplots(2 * len(examples), 1, squeeze=False, gridspec_kw={"height_ratios": [3, 1] * len(examples)})[:, 0]
     for i, (condition, a) in enumerate(examples):

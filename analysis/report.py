@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import tables
+from analysis import browser, tables
 from analysis.load import grid_columns, load_records
 from analysis.style import num
 from harness.files import os_error_message, write_file
@@ -236,8 +236,9 @@ code {{ background: #f3f3f3; padding: 0 3px; }}
 """
 
 
-def to_html(markdown: str, out_dir: Path) -> str:
-    """The markdown as one self-contained page: PNG figures become data: URIs."""
+def to_html(markdown: str, out_dir: Path, extra: str = "") -> str:
+    """The markdown as one self-contained page: PNG figures become data: URIs; `extra` (HTML, e.g.
+    the sample browser) follows it."""
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")  # record text (error messages) stays text
@@ -248,7 +249,7 @@ def to_html(markdown: str, out_dir: Path) -> str:
             if src and (out_dir / src).is_file():
                 data = base64.b64encode((out_dir / src).read_bytes()).decode("ascii")
                 child.attrSet("src", f"data:image/png;base64,{data}")
-    return HTML_PAGE.format(body=md.renderer.render(tokens, md.options, {}))
+    return HTML_PAGE.format(body=md.renderer.render(tokens, md.options, {}) + extra)
 
 
 def default_out(run_dirs: list[Path]) -> Path:
@@ -258,8 +259,9 @@ def default_out(run_dirs: list[Path]) -> Path:
     return Path(os.path.commonpath([str(Path(d).resolve()) for d in run_dirs]))
 
 
-def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
-    """Write report.md, report.html and the figures into out_dir (default: `default_out`); return the markdown."""
+def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limit: int = browser.DEFAULT_LIMIT) -> str:
+    """Write report.md, report.html and the figures into out_dir (default: `default_out`); return the markdown.
+    report.html ends with the sample browser, holding at most browser_limit samples (0: all)."""
     from analysis.figures import FIGURES
     from analysis.style import save
 
@@ -282,7 +284,7 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
         parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
         text = to_markdown(df, run_dirs, parts)
     write_file(out / "report.md", text)
-    write_file(out / "report.html", to_html(text, out))
+    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(df, run_dirs, browser_limit))))
     return text
 
 
@@ -292,9 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (each holds records.jsonl)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where report.md, report.html and figures go (default: the run; for several runs their common parent)")
+    parser.add_argument("--browser-limit", type=int, default=browser.DEFAULT_LIMIT,
+                        help=f"samples the HTML's sample browser embeds at most (default {browser.DEFAULT_LIMIT}; 0: all)")
     args = parser.parse_args(argv)
     try:
-        write_report(args.run_dirs, args.out)
+        write_report(args.run_dirs, args.out, args.browser_limit)
     except (FileNotFoundError, ValueError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
         return 2

@@ -185,6 +185,10 @@ def test_run_probe_measures_a_replayed_completion(tiny, samples, tmp_path):
     assert arrays["counts"][THINKING] > 0 and arrays["counts"][ANSWER] > 0
     assert list(arrays["regions"])[-1] == GENERATED and arrays["masses"].shape[:3] == (2, 3, 16)
     assert '"generated_by": "hf"' in str(arrays["meta"]) and "random-qwen3" in str(arrays["meta"])
+    # the sample browser shades the probe's own text per token: offsets cover it, one per token, in order
+    text, offsets = str(arrays["prompt_text"]), arrays["token_offsets"]
+    assert offsets.shape == (len(arrays["token_regions"]), 2) == (len(arrays["strip"]), 2)
+    assert "".join(text[s:e] for s, e in offsets) == text and (np.diff(offsets[:, 0]) > 0).all()
 
 
 def test_archive_appends_and_replaces(tmp_path):

@@ -71,6 +71,10 @@ class RunProbe:
                                 completion_phases(text, gen["offset_mapping"]), len(names))
         return {"masses": result.masses, "counts": result.counts, "regions": np.array(names),
                 "token_regions": np.array(token_regions, dtype=np.int16), "strip": result.strip,
+                # where each prompt token sits in the text the probe tokenized: the report's sample
+                # browser shades that text per token
+                "token_offsets": np.array(prompt["offset_mapping"], dtype=np.int32).reshape(-1, 2),
+                "prompt_text": np.array(regions.text),
                 "strip_layer": np.array(result.strip_layer), "meta": np.array(json.dumps(self.meta))}
 
     def annotate(self, batch: list[Sample], completions: list[Completion], records: list[Record]) -> None:
