@@ -44,11 +44,13 @@ def _append_bytes(path: Path, data: bytes) -> None:
     """All of data appended, or (a full disk) the file cut back to what it held before."""
     if not data:
         return
-    with open(path, "ab") as fh:
+    # unbuffered: after a failed write no buffered tail is left for close() to flush past the cut
+    with open(path, "ab", buffering=0) as fh:
         size = fh.tell()
         try:
-            fh.write(data)
-            fh.flush()
+            view = memoryview(data)
+            while view:  # a raw write may take only part of the data
+                view = view[fh.write(view):]
             os.fsync(fh.fileno())
         except OSError as exc:
             fh.truncate(size)
