@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
+
+from harness import progress
 
 from harness.batching import PrefixNode, leaves, prefix_tree
 from harness.types import GenerationSettings
@@ -60,7 +62,10 @@ class PrefixDecoder:
                 path = node.path()
                 cached.append(sum(len(n.tokens) for n in path if id(n) in store))
                 self._prefill(path, store)
-            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk])
+            # a finished row is its sample and the greedy copies of it
+            weights = [len(node.ends) if copy else 1 for _, node in chunk]
+            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk],
+                                   lambda r: progress.advance(weights[r]))
             latency = time.perf_counter() - t0
             for (i, node), (tokens, finish), c in zip(chunk, outputs, cached):
                 results[i] = Decoded(tokens, finish, c, latency)
@@ -91,11 +96,11 @@ class PrefixDecoder:
             kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
             store[id(node)] = (kv, logits)
 
-    def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int]) -> list[tuple[list[int], str]]:
-        """Decode one left-padded batch whose row r continues the prompt ending at node ends[r]."""
+    def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int],
+                finished: Callable[[int], None]) -> list[tuple[list[int], str]]:
+        """Decode one left-padded batch whose row r continues the prompt ending at node ends[r];
+        `finished(r)` as row r ends."""
         import torch
-        import torch.nn.functional as F
-        from transformers import DynamicCache
         from transformers.generation.logits_process import (
             LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
@@ -108,15 +113,12 @@ class PrefixDecoder:
                 warpers.append(TopPLogitsWarper(gen.top_p))
             if gen.min_p > 0:
                 warpers.append(MinPLogitsWarper(gen.min_p))
+        from harness.kvcache import batch_cache
+
         generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        cache = batch_cache([[store[id(n)][0] for n in node.path()] for node in ends],
+                            [[(n.start, n.end) for n in node.path()] for node in ends], gen.max_new_tokens)
         width = max(node.end for node in ends)
-        paths: dict[int, list[tuple[Any, Any]]] = {}  # replicates share one concatenation
-        for node in ends:
-            if id(node) not in paths:
-                paths[id(node)] = _concat_kv([store[id(n)][0] for n in node.path()])
-        cache = DynamicCache(ddp_cache_data=[
-            tuple(torch.cat([F.pad(paths[id(node)][layer][j], (0, 0, width - node.end, 0)) for node in ends]) for j in (0, 1))
-            for layer in range(len(paths[id(ends[0])]))])
         mask = torch.tensor([[0] * (width - n.end) + [1] * n.end for n in ends], device=self.device)
         positions = torch.tensor([[n.end] for n in ends], device=self.device)
         logits = torch.stack([store[id(n)][1] for n in ends])
@@ -134,7 +136,10 @@ class PrefixDecoder:
                     generated[r].append(tok)
                     done[r] = tok in self.eos_ids
                 keep = [b for b, r in enumerate(rows) if not done[r]]
-                if not keep or step == gen.max_new_tokens - 1:
+                last = step == gen.max_new_tokens - 1
+                for r in rows if last else [r for r in rows if done[r]]:
+                    finished(r)
+                if not keep or last:
                     break
                 if len(keep) < len(rows):
                     index = torch.tensor(keep, device=self.device)
@@ -146,6 +151,7 @@ class PrefixDecoder:
                                     use_cache=True, **{self.cache_kw: cache}).logits[:, -1, :]
                 positions = positions + 1
         return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
+
 
 
 def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:

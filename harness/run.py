@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import scenarios
-from harness import manifest
+from harness import manifest, progress
 from harness.backends import Backend
 from harness.compose import register, to_typed
 from harness.config import Config
@@ -90,7 +90,8 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                 for start in range(0, len(pending), cfg.run.batch_size):
                     batch = pending[start:start + cfg.run.batch_size]
                     written = write_bars(batch, writers)  # stage one of source=model conditions; {} for others
-                    completions = fail_unwritten(batch, backend.generate([s.request for s in batch]), written)
+                    with progress.reporting(bar.update, len(batch)):  # the bar moves per finished sample
+                        completions = fail_unwritten(batch, backend.generate([s.request for s in batch]), written)
                     if len(completions) != len(batch):
                         raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
                     records, prompts = [], []
@@ -102,7 +103,6 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                     if probe:
                         probe.annotate(batch, completions, records)
                     store.append(records, prompts)
-                    bar.update(len(batch))
         session["finished_at"] = manifest.now()
         store.write_manifest(manifest.build(resolved, model_info, sessions + [session], admission.record()))
     return {"planned": len(plan), "new": len(pending)}

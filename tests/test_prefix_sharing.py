@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness import progress
 from harness.batching import leaves, prefix_order, prefix_tree
 from harness.plan import make_plan
 from tests.conftest import make_cfg
@@ -86,7 +87,11 @@ def _generate(backend, requests, **cfg):
 @pytest.mark.model
 def test_shared_prefix_greedy_is_token_identical_to_the_naive_loop(backend):
     requests = [s.request for s in make_plan(make_cfg(*TINY))]  # 2 episodes x 2 arms x 2 replicates
-    ours = _generate(backend, requests, share_prefix=True, batch_size=3)  # batches cut across prefix groups
+    moves: list[int] = []
+    with progress.reporting(moves.append, len(requests)):
+        ours = _generate(backend, requests, share_prefix=True, batch_size=3)  # batches cut across prefix groups
+    # the bar moved as each decoded row ended, by the row and its greedy copy, with nothing left for the end
+    assert moves == [2] * (len(requests) // 2)
     # greedy replicates of a prompt are one output, so the naive loop runs each distinct prompt once
     distinct = [r for r in requests if r.replicate == 0]
     naive = _generate(backend, distinct, share_prefix=False, batch_size=1)

@@ -18,7 +18,7 @@ class HFBackendConfig(BackendConfig):
     device: Device = Device.cpu
     dtype: DType = DType.float32
     threads: int = 0  # torch intra-op threads; 0 = torch's default
-    batch_size: int = 8
+    batch_size: int = 16  # rows per decode step: more rows share each read of the weights
     # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
     # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
     share_prefix: bool = True
