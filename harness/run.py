@@ -46,7 +46,7 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
         scripted=completion.scripted, created_at=manifest.now(), cost_usd=cost_usd(cfg.model, completion),
-        ttft_s=completion.ttft_s, writer=writer)
+        ttft_s=completion.ttft_s, writer=writer, propensity=completion.propensity)
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:

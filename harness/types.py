@@ -84,6 +84,7 @@ class Request:
     tools: list[dict[str, Any]]
     generation: GenerationSettings
     seed: int
+    candidates: list[Any] | None = None  # harness.propensity.Candidate to score when probe.propensity is on
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Completion:
     error: str | None = None
     scripted: bool = False
     ttft_s: float | None = None  # time to first token, when the backend streamed
+    propensity: dict[str, Any] | None = None  # candidate scores (harness.propensity.summarize)
 
 
 @dataclass
@@ -143,3 +145,5 @@ class Record:
     attention_ref: str | None = None
     # condition source=model: the writer's bar, tokens, latency, cost and text (harness.context.writer)
     writer: dict[str, Any] | None = None
+    # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.propensity)
+    propensity: dict[str, Any] | None = None
