@@ -242,6 +242,7 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> str:
         parts = [replace(p, figure=None, text=f"{p.text} Nothing to plot in these records.".strip()) if p.figure in empty
                  else p for p in sections(df)]
         parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
+        parts += optional_sections("analysis.propensity", df, run_dirs, out)  # hook: probe.propensity
         text = to_markdown(df, run_dirs, parts)
     (out / "report.md").write_text(text)
     (out / "report.html").write_text(to_html(text, out))

@@ -12,7 +12,6 @@ no-thinking policy, and the record says so.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -33,8 +32,10 @@ class Candidate:
 
 
 def _call(name: str, arguments: dict[str, Any]) -> Message:
+    # arguments as a mapping: templates that `tojson` them (Llama 3, gpt-oss) then write the JSON object
+    # the model itself would, not a JSON string inside it
     return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call00000", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+        {"id": "call00000", "type": "function", "function": {"name": name, "arguments": arguments}}]}
 
 
 def call_limit_candidates(episode: Episode) -> list[Candidate]:
