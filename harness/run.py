@@ -66,11 +66,14 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         model_info = {**cfg.model.identity(), "backend": cfg.backend.name}
         store.write_manifest(manifest.build(resolved, model_info, sessions + [session]))
         if pending:
-            from harness.backends import make_backend
+            from harness.backends import hf_weights, make_backend
 
             backend = backend or make_backend(cfg)  # the model loads only when there is work to do
             model_info.update(backend.describe())
             writers = WriterBackends(cfg, backend)
+            if cfg.probe.propensity and not hf_weights(backend):  # unmeasured is said, not shown as a score
+                print(f"statusbench: probe.propensity: the {backend.name} backend cannot score candidates; "
+                      "records carry propensity null", flush=True)
             probe = None
             if cfg.probe.attention:
                 from harness.attention.replay import RunProbe
