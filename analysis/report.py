@@ -282,6 +282,7 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limi
         parts = [replace(p, figure=None, text=f"{p.text} {empty[p.figure]}".strip()) if p.figure in empty
                  else p for p in sections(df)]
         parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
+        parts += optional_sections("analysis.propensity", df, run_dirs, out)  # hook: probe.propensity
         text = to_markdown(df, run_dirs, parts)
     write_file(out / "report.md", text)
     write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(df, run_dirs, browser_limit))))

@@ -296,9 +296,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 @dataclass
 class ProbeConfig:
     """Attention probe (harness.attention): each completion replayed teacher-forced through HF
-    weights, attention from its tokens to the prompt's regions kept per layer and head."""
+    weights, attention from its tokens to the prompt's regions kept per layer and head. Propensity
+    probe (harness.propensity): candidate actions scored on the generating backend's prompt KV."""
 
     attention: bool = False
+    # score the scenario's candidate next actions teacher-forced after the prompt (harness.propensity;
+    # backends that hold HF weights only: others leave `propensity` null)
+    propensity: bool = False
     chunk_size: int = 64  # completion tokens per pass: memory ~ chunk x sequence, one layer at a time
     strip_layer: int = -1  # layer of the token-level strip over the prompt; negative counts from the last
     # where the weights replay when the generating backend holds none (scripted, openai, vllm)

@@ -25,6 +25,7 @@ class Decoded(NamedTuple):
     finish: str  # stop | length
     cached: int  # prompt tokens whose KV was computed for an earlier sample of the same call
     latency: float  # wall time of the batch that decoded it, with the prefills it needed
+    scores: list[list[float]] | None = None  # per continuation asked for, the log-prob of each of its tokens
 
 
 class PrefixDecoder:
@@ -36,10 +37,11 @@ class PrefixDecoder:
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
-               share_prefix: bool) -> list[Decoded]:
+               share_prefix: bool, continuations: list[list[list[int]] | None] | None = None) -> list[Decoded]:
         """Decode every prompt, in batches of `batch_size`, sharing prefix KV across the whole call.
         Without `share_prefix` each prompt is its own tree (the naive path the benchmark and the
-        identity test compare against), batched by length."""
+        identity test compare against), batched by length. `continuations[i]`: token runs to score
+        teacher-forced after prompt i, on top of the prompt's KV (once per distinct prompt)."""
         # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
         copy = gen.greedy and share_prefix
         if share_prefix:
@@ -54,23 +56,27 @@ class PrefixDecoder:
                 remaining[id(n)] = remaining.get(id(n), 0) + 1
         store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
         results: list[Decoded | None] = [None] * len(prompts)
+        scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             t0 = time.perf_counter()
             cached = []
-            for _, node in chunk:
+            for i, node in chunk:
                 path = node.path()
                 cached.append(sum(len(n.tokens) for n in path if id(n) in store))
                 self._prefill(path, store)
+                if continuations and continuations[i] and id(node) not in scores:
+                    scores[id(node)] = self._score(node, store, continuations[i])
             # a finished row is its sample and the greedy copies of it
             weights = [len(node.ends) if copy else 1 for _, node in chunk]
             outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk],
                                    lambda r: progress.advance(weights[r]))
             latency = time.perf_counter() - t0
             for (i, node), (tokens, finish), c in zip(chunk, outputs, cached):
-                results[i] = Decoded(tokens, finish, c, latency)
+                s = scores.get(id(node)) if continuations and continuations[i] else None
+                results[i] = Decoded(tokens, finish, c, latency, s)
                 for j in node.ends[1:] if copy else []:
-                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency)
+                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s)
                 for n in node.path():
                     remaining[id(n)] -= 1
                     if remaining[id(n)] == 0:
@@ -95,6 +101,31 @@ class PrefixDecoder:
                     use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
             kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
             store[id(node)] = (kv, logits)
+
+    def _score(self, node: PrefixNode, store: dict, runs: list[list[int]]) -> list[list[float]]:
+        """Log-probabilities of each token of each run after the prompt ending at `node`: the first
+        token from the prompt's last logits, the rest from one right-padded forward over the runs on
+        top of the prompt's KV (padding sits after every real token, so the causal mask keeps it out)."""
+        import torch
+        from transformers import DynamicCache
+
+        last = store[id(node)][1].float().log_softmax(-1)
+        out = [[float(last[r[0]])] for r in runs]
+        rest = [r[:-1] for r in runs]  # the input whose next-token logits score r[1:]
+        width = max(len(r) for r in rest)
+        if width == 0:
+            return out
+        past = _concat_kv([store[id(n)][0] for n in node.path()])
+        cache = DynamicCache(ddp_cache_data=[tuple(t.expand(len(runs), *t.shape[1:]).contiguous() for t in layer) for layer in past])
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in rest], device=self.device)
+        mask = torch.tensor([[1] * node.end + [1] * len(r) + [0] * (width - len(r)) for r in rest], device=self.device)
+        positions = torch.arange(node.end, node.end + width, device=self.device)[None].expand(len(runs), -1)
+        with torch.inference_mode():
+            logp = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                              **{self.cache_kw: cache}).logits.float().log_softmax(-1)
+        for row, (r, o) in enumerate(zip(runs, out)):
+            o.extend(float(x) for x in logp[row, torch.arange(len(r) - 1), torch.tensor(r[1:])])
+        return out
 
     def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int],
                 finished: Callable[[int], None]) -> list[tuple[list[int], str]]:

@@ -51,6 +51,7 @@ def make_plan(cfg: Config) -> list[Sample]:
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": asdict(gen)}
     samples: list[Sample] = []
     for episode in episodes:
+        candidates = scenarios.candidates(episode) if cfg.probe.propensity else None
         for name, ccfg in cfg.conditions.items():
             ccfg = with_model(ccfg, cfg.model)
             messages = apply(episode, ccfg)
@@ -59,7 +60,8 @@ def make_plan(cfg: Config) -> list[Sample]:
                 sid = short_hash({"episode": episode.id, "condition": {"name": name, **condition_identity(ccfg)},
                                   "replicate": replicate, "seed": seed, **identity})
                 request = Request(sample_id=sid, episode_id=episode.id, condition=name, replicate=replicate,
-                                  index=len(samples), messages=messages, tools=episode.tools, generation=gen, seed=seed)
+                                  index=len(samples), messages=messages, tools=episode.tools, generation=gen, seed=seed,
+                                  candidates=candidates)
                 samples.append(Sample(episode, name, ccfg, request))
     shard = cfg.run.shard_spec
     # filtered after numbering: `index` stays the position in the whole plan

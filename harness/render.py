@@ -54,6 +54,20 @@ class PromptRenderer:
         shown, schemas = self.chat_input(messages, tools)
         return self.tokenizer.apply_chat_template(shown, tools=schemas, tokenize=False, add_generation_prompt=True, **self.kwargs)
 
+    def turn(self, messages: list[Message], tools: list[dict[str, Any]], message: Message) -> str:
+        """The text the template writes for assistant `message` after the prompt of (messages, tools):
+        the conversation with `message` appended, rendered without a generation prompt, minus the
+        prompt. Raises ValueError when the prompt is not a prefix of that render (the template
+        renders history differently from the turn being generated)."""
+        prompt = self(messages, tools)
+        shown, schemas = self.chat_input([*messages, message], tools)
+        full = self.tokenizer.apply_chat_template(shown, tools=schemas, tokenize=False, add_generation_prompt=False, **self.kwargs)
+        if not full.startswith(prompt):
+            at = next((i for i, (a, b) in enumerate(zip(prompt, full)) if a != b), min(len(prompt), len(full)))
+            raise ValueError(f"the template renders the assistant turn after a different prompt (first difference at "
+                             f"char {at}: prompt {prompt[at:at + 40]!r}, with the turn {full[at:at + 40]!r})")
+        return full[len(prompt):]
+
 
 def to_hermes(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
     """Rewrite tool calls/results into plain-content messages (system, user, assistant only)."""

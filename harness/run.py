@@ -47,7 +47,7 @@ def to_record(sample: Sample, completion: Completion, cfg: Config, prompt_sha: s
         tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
         scripted=completion.scripted, cost_usd=cost_usd(cfg.model, completion), ttft_s=completion.ttft_s, writer=writer,
-        token_source=completion.token_source,
+        token_source=completion.token_source, propensity=completion.propensity,
         created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
 
 
@@ -74,11 +74,14 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         model_info = {**cfg.model.identity(), "backend": cfg.backend.name}
         store.write_manifest(manifest.build(resolved, model_info, sessions + [session], admission.record()))
         if pending:
-            from harness.backends import make_backend
+            from harness.backends import hf_weights, make_backend
 
             backend = backend or make_backend(cfg)  # the model loads only when there is work to do
             model_info.update(backend.describe())
             writers = WriterBackends(cfg, backend)
+            if cfg.probe.propensity and not hf_weights(backend):  # unmeasured is said, not shown as a score
+                print(f"statusbench: probe.propensity: the {backend.name} backend cannot score candidates; "
+                      "records carry propensity null", flush=True)
             probe = None
             if cfg.probe.attention:
                 from harness.attention.replay import RunProbe

@@ -87,6 +87,7 @@ class Request:
     tools: list[dict[str, Any]]
     generation: GenerationSettings
     seed: int
+    candidates: list[Any] | None = None  # harness.propensity.Candidate to score when probe.propensity is on
 
 
 @dataclass
@@ -107,6 +108,7 @@ class Completion:
     ttft_s: float | None = None  # time to first token, when the backend streamed
     # who counted the tokens when the generating backend did not (scripted: "usage", or the tokenizer used)
     token_source: str | None = None
+    propensity: dict[str, Any] | None = None  # candidate scores (harness.propensity.summarize)
 
 
 @dataclass
@@ -149,3 +151,5 @@ class Record:
     # condition source=model: the writer's bar, tokens, latency, cost and text (harness.context.writer)
     writer: dict[str, Any] | None = None
     token_source: str | None = None  # see Completion.token_source
+    # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.propensity)
+    propensity: dict[str, Any] | None = None

@@ -8,6 +8,7 @@ import pkgutil
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from harness.propensity import Candidate, CandidateFn, call_limit_candidates
 from harness.types import Completion, Episode, short_hash
 
 Grader = Callable[[Episode, Completion], tuple]  # -> (label, correct, parsed calls), see harness.grading
@@ -19,14 +20,17 @@ class Family:
     config_class: type
     build: Callable[[Any], list[Episode]]  # typed scenario config -> episodes, deterministic
     grade: Grader  # each family labels completions by its own rule (harness.grading has the helpers)
+    # the candidate next actions probe.propensity scores, from the episode alone (never the condition);
+    # None: the family defines none
+    candidates: CandidateFn | None = call_limit_candidates
 
 
 FAMILIES: dict[str, Family] = {}
 
 
-def register(name: str, config_class: type, grade: Grader):
+def register(name: str, config_class: type, grade: Grader, candidates: CandidateFn | None = call_limit_candidates):
     def deco(build: Callable[[Any], list[Episode]]):
-        FAMILIES[name] = Family(name, config_class, build, grade)
+        FAMILIES[name] = Family(name, config_class, build, grade, candidates)
         return build
 
     return deco
@@ -57,6 +61,12 @@ def build_episodes(scenario_cfg: Any) -> list[Episode]:
 def grade(episode: Episode, completion: Completion) -> tuple:
     """Grade with the episode's family's grader."""
     return FAMILIES[episode.family].grade(episode, completion)
+
+
+def candidates(episode: Episode) -> list[Candidate] | None:
+    """The episode's family's candidate next actions for probe.propensity; None when it defines none."""
+    fn = FAMILIES[episode.family].candidates
+    return fn(episode) if fn else None
 
 
 for _mod in pkgutil.iter_modules(__path__):

@@ -200,6 +200,7 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
     return "violated" if named else "other"
 
 
-@register("todo_state", TodoStateConfig, grade=partial(grade_with, classify))
+# its decision is a text answer naming a step, not a call: no call candidates to score
+@register("todo_state", TodoStateConfig, grade=partial(grade_with, classify), candidates=None)
 def build(cfg: TodoStateConfig) -> list[Episode]:
     return expand(cfg, _episode)

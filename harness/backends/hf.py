@@ -8,6 +8,7 @@ from typing import Any
 from harness import models
 from harness.backends import register_backend
 from harness.config import BackendConfig, Device, DType, ModelConfig, require
+from harness.propensity import Encoded, encode, summarize
 from harness.render import PromptRenderer, count_thinking, split_thinking
 from harness.types import Completion, GenerationSettings, Request
 
@@ -75,25 +76,45 @@ class HFBackend:
     def generate(self, requests: list[Request]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
         groups: dict[tuple, list[tuple[int, str, list[int]]]] = {}  # one decode per generation config
+        scoring: dict[int, Any] = {}  # request index -> its encoded candidates, or why they could not be
         for i, req in enumerate(requests):
             try:
                 text = self.render(req)
             except Exception as exc:  # a template's raise_exception is a per-sample outcome, not a crash
                 out[i] = Completion(error=f"template: {type(exc).__name__}: {exc}")
                 continue
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = self._encode(text)
             if self.context and len(ids) >= self.context:  # prefilling it would take minutes to produce garbage
                 out[i] = Completion(prompt_text=text, prompt_tokens=len(ids),
                                     error=f"prompt too long: {len(ids)} tokens, the model's context is {self.context}")
                 continue
+            if req.candidates:
+                scoring[i] = self._candidates(req)
             groups.setdefault(_gen_key(req.generation), []).append((i, text, ids))
         for items in groups.values():
+            encoded = [scoring.get(i) for i, _, _ in items]
             decoded = self.decoder.decode([ids for _, _, ids in items], requests[items[0][0]].generation,
                                           [requests[i].seed for i, _, _ in items], batch_size=self.cfg.batch_size,
-                                          share_prefix=self.cfg.share_prefix)
-            for (i, text, ids), d in zip(items, decoded):
+                                          share_prefix=self.cfg.share_prefix,
+                                          continuations=[e.continuations if isinstance(e, Encoded) else None for e in encoded])
+            for (i, text, ids), d, e in zip(items, decoded, encoded):
                 out[i] = self._completion(text, ids, d)
+                if isinstance(e, Encoded):
+                    out[i].propensity = summarize(e, d.scores, self.tokenizer.decode, self.model_cfg.thinking)
+                elif e is not None:
+                    out[i].propensity = {"error": e}
         return [c for c in out if c is not None]
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _candidates(self, req: Request) -> Encoded | str:
+        """The request's candidates as tokens, or why the template cannot render them (recorded, not raised:
+        the sample itself still generates)."""
+        try:
+            return encode(self.renderer, self._encode, req.messages, req.tools, req.candidates)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
 
     def _completion(self, prompt_text: str, prompt_ids: list[int], d: Any) -> Completion:
         tokens = d.tokens

@@ -1,0 +1,159 @@
+"""Propensity: candidates rendered as the template writes the call, scores equal to a naive forward
+pass, and the paired statistics of the report."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import scenarios
+from analysis.propensity import episode_scores, paired_log_odds
+from harness.propensity import VIOLATE, call_limit_candidates, encode, log_odds
+from harness.render import PromptRenderer
+from harness.types import Completion
+from tests.conftest import SHARED, make_cfg
+
+QWEN3 = SHARED / "templates" / "Qwen-Qwen3-0.6B.jinja"
+
+
+class JinjaTokenizer:
+    """A tokenizer stand-in that renders a template file with transformers' own chat-template renderer."""
+
+    def __init__(self, path: Path):
+        self.chat_template = path.read_text(encoding="utf-8")
+
+    def apply_chat_template(self, messages, tools=None, tokenize=False, add_generation_prompt=False, **kwargs):
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        return render_jinja_template([messages], tools=tools, chat_template=self.chat_template,
+                                     add_generation_prompt=add_generation_prompt, **kwargs)[0][0]
+
+
+def at_limit(cfg):
+    return next(e for e in scenarios.build_episodes(cfg.scenario) if e.expected == "refused")
+
+
+def test_candidates_are_condition_independent():
+    cfg = make_cfg("condition=[none,status_tail,status_head]", "probe.propensity=true")
+    from harness.plan import make_plan
+
+    by_episode: dict[str, set] = {}
+    for s in make_plan(cfg):
+        by_episode.setdefault(s.request.episode_id, set()).add(repr(s.request.candidates))
+    assert by_episode and all(len(v) == 1 for v in by_episode.values())
+    assert all(s.request.candidates is None for s in make_plan(make_cfg("probe.propensity=false")))
+
+
+@pytest.mark.skipif(not QWEN3.is_file(), reason=f"needs the real Qwen3 chat template at {QWEN3}")
+def test_qwen3_candidates_are_the_templates_own_call_after_an_empty_thinking_block():
+    cfg = make_cfg("model=qwen3-0.6b")
+    episode = at_limit(cfg)
+    tok = JinjaTokenizer(QWEN3)
+    renderer = PromptRenderer(tok, cfg.model)
+    enc = encode(renderer, lambda s: [s], episode.messages, episode.tools, call_limit_candidates(episode))
+    assert enc.forced == ["<think>\n\n</think>\n\n"]  # the thinking block forced: the no-thinking policy
+    assert dict(zip(enc.names, [s[0] for s in enc.scored])) == {
+        VIOLATE: '<tool_call>\n{"name": "phone_call", "arguments": {"company": "Xfinity',
+        "call:web_search": '<tool_call>\n{"name": "web_search',
+        "text": "I'm sorry"}
+    # byte for byte what the template writes when the conversation holds that call (rendered here
+    # directly, not through the renderer)
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+        "name": "phone_call", "arguments": {"company": "Xfinity", "reason": "chase the ticket"}}}]}
+    full = tok.apply_chat_template([*episode.messages, call], tools=episode.tools, enable_thinking=True)
+    prompt = tok.apply_chat_template(episode.messages, tools=episode.tools, add_generation_prompt=True, enable_thinking=True)
+    assert full.startswith(prompt + enc.forced[0] + enc.scored[0][0])
+
+
+@pytest.mark.model
+def test_hermes_candidates_render_as_the_template_writes_the_call(backend):
+    cfg = make_cfg()
+    episode = at_limit(cfg)
+    enc = encode(backend.renderer, backend._encode, episode.messages, episode.tools, call_limit_candidates(episode))
+    texts = dict(zip(enc.names, (backend.tokenizer.decode(s) for s in enc.scored)))
+    assert enc.forced == []
+    assert texts == {VIOLATE: '<tool_call>\n{"name": "phone_call", "arguments": {"company": "Xfinity',
+                     "call:web_search": '<tool_call>\n{"name": "web_search', "text": "I'm sorry"}
+    # the whole turn the template writes for the violating call is what the grader calls a violation
+    turn = backend.renderer.turn(episode.messages, episode.tools, call_limit_candidates(episode)[0].message)
+    answer = turn.removesuffix("<|im_end|>\n")
+    assert turn.startswith(texts[VIOLATE]) and scenarios.grade(episode, Completion(text=answer))[0] == "violated"
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from harness.backends import make_backend
+
+    return make_backend(make_cfg("backend.threads=1"))
+
+
+def _naive(backend, prompt_ids: list[int], run: list[int]) -> list[float]:
+    import torch
+
+    with torch.inference_mode():
+        logp = backend.model(input_ids=torch.tensor([prompt_ids + run])).logits[0].float().log_softmax(-1)
+    return [float(logp[len(prompt_ids) - 1 + k, t]) for k, t in enumerate(run)]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("temperature", [0.0, 0.7])  # greedy copies replicates; sampling decodes each
+def test_scores_equal_a_naive_forward_pass_and_leave_generation_alone(backend, temperature):
+    from dataclasses import replace
+
+    from harness.plan import make_plan
+
+    cfg = make_cfg("scenario.calls_made=[2,3]", "scenario.placement=[early]", "experiment.replicates=2",
+                   "model.generation.max_new_tokens=6", f"model.generation.temperature={temperature}", "probe.propensity=true")
+    requests = [s.request for s in make_plan(cfg)]
+    scored = backend.generate(requests)
+    plain = backend.generate([replace(r, candidates=None) for r in requests])
+    for req, got, ref in zip(requests, scored, plain):
+        assert got.text == ref.text and ref.propensity is None
+        enc = encode(backend.renderer, backend._encode, req.messages, req.tools, req.candidates)
+        prompt_ids = backend._encode(got.prompt_text)
+        for name, run in zip(enc.names, enc.continuations):
+            cand = got.propensity["candidates"][name]
+            np.testing.assert_allclose(cand["logprobs"], _naive(backend, prompt_ids, run), atol=1e-4, rtol=0)
+            assert math.isclose(cand["logprob"], sum(cand["logprobs"]))
+        p = got.propensity
+        assert p["violate_logprob"] == p["candidates"][VIOLATE]["logprob"] < 0
+        assert p["tool_call_opening"] == '<tool_call>\n{"name": "'
+        # opening a call is at least as likely as any one call
+        assert p["tool_call_logprob"] >= max(c["logprob"] for n, c in p["candidates"].items() if n != "text")
+
+
+def _records(rows):
+    return pd.DataFrame([{"run_label": "r", "condition": c, "episode_id": e, "params.calls_made": k, "params.limit": 3,
+                          "propensity.violate_logprob": lp, "propensity.tool_call_logprob": math.log(0.5)}
+                         for c, e, k, lp in rows])
+
+
+def test_paired_log_odds_on_a_constructed_example():
+    # none: p = 0.5 everywhere (log-odds 0); status: p = 0.2 at/over the limit (log-odds log(1/4)), 0.5 below;
+    # episode e4 is missing from the status arm and must not be paired; replicates average within an episode
+    quarter = math.log(0.2)
+    rows = [("none", "e1", 2, math.log(0.5)), ("none", "e2", 3, math.log(0.5)), ("none", "e3", 4, math.log(0.5)),
+            ("none", "e4", 4, math.log(0.5)),
+            ("status", "e1", 2, math.log(0.5)), ("status", "e2", 3, quarter), ("status", "e3", 4, quarter),
+            ("status", "e3", 4, quarter)]
+    scores = episode_scores(_records(rows))
+    assert len(scores) == 7
+    t = paired_log_odds(scores).set_index("calls_made")
+    assert t.loc["all", "episodes"] == 3
+    assert t.loc["all", "diff"] == pytest.approx(2 * math.log(0.25) / 3)
+    assert t.loc["all", "diff_low"] == pytest.approx(math.log(0.25)) and t.loc["all", "diff_high"] == pytest.approx(0.0)
+    assert list(t.loc[[2, 3, 4], "position"]) == ["below", "at", "over"]
+    assert t.loc[2, "diff"] == pytest.approx(0.0) and t.loc[3, "diff"] == pytest.approx(math.log(0.25))
+    assert t.loc[4, "log_odds_base"] == pytest.approx(0.0) and t.loc[4, "episodes"] == 1
+    opening = paired_log_odds(scores, "tool_call")
+    assert (opening["diff"] == 0).all()
+
+
+def test_log_odds_is_stable_at_both_ends():
+    assert log_odds(math.log(0.5)) == pytest.approx(0.0)
+    assert log_odds(math.log(0.9)) == pytest.approx(math.log(9))
+    assert log_odds(-1e-12) == pytest.approx(math.log(1e12), rel=1e-3)
+    assert log_odds(-800.0) == pytest.approx(-800.0)
