@@ -36,7 +36,8 @@ def test_tiny_grid_end_to_end(tmp_path: Path):
         assert not r["scripted"] and r["error"] is None and r["backend"] == "hf"
         assert 1 <= r["completion_tokens"] <= 8 and r["thinking_tokens"] == 0
         assert r["answer_tokens"] == r["completion_tokens"] and r["prompt_tokens"] > 300 and r["latency_s"] > 0
-        assert r["label"] in ("violated", "complied", "refused", "other")
+        assert r["label"] in ("violated", "complied", "refused", "other", "truncated")
+        assert r["label"] != "truncated" or r["finish_reason"] == "length"  # only a cut completion is truncated
         assert r["correct"] == (r["label"] == r["expected"])
         rendered = prompts[r["prompt_sha256"]]["rendered"]
         # every call record and search result reached the model
