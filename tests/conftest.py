@@ -1,11 +1,17 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+
 from harness.compose import compose_config, register
 from harness.config import Config
 
@@ -49,3 +55,40 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subproce
 @pytest.fixture
 def cfg_factory():
     return make_cfg
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def local_server(command: list[str], log: Path, name: str, wait_s: float, port: int,
+                 env: dict[str, str] | None = None) -> Iterator[str]:
+    """A server process on loopback `port`: waits until /health answers 200 (or fails the test with the
+    end of its log), yields its base URL, and is stopped however the block ends."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"{name} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{name} not healthy after {wait_s:.0f} s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

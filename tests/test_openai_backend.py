@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from types import SimpleNamespace
 
 import pytest
 
 from harness.backends.openai_api import OpenAIBackend, request_kwargs, to_completion
 from harness.types import GenerationSettings, Request
-from tests.conftest import make_cfg, run_cli
+from tests.conftest import free_port, local_server, make_cfg, run_cli
 
 SECRET = "sk-statusbench-test-0123456789abcdef"
 
@@ -106,45 +102,18 @@ def test_server_errors_exhaust_retries_then_error_record():
 
 # --- a real server --------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served_smollm2(tmp_path_factory):
     pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving] (pip install -e '.[dev]')")
     from harness import models
 
     path, _ = models.resolve(make_cfg().model)
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
-                                 path, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"],
-                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(240):
-            if proc.poll() is not None:
-                pytest.fail(f"transformers serve exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"transformers serve not healthy:\n{log.read_text()[-2000:]}")
+    command = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
+               path, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"]
+    with local_server(command, log, "transformers serve", 120, port, env={**os.environ, "HF_HUB_OFFLINE": "1"}) as base:
         yield {"base_url": base + "/v1", "model_path": path}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 GRID = ["scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import make_cfg, run_cli
+from tests.conftest import free_port, local_server, make_cfg, run_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
@@ -46,12 +42,6 @@ def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
 
 # --- the OpenAI-compatible server -----------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def server_command(model: str, port: int) -> list[str]:
     """The README's vLLM server for an agent benchmark: tools parsed from the model's output (else every
     request with tools= is a 400), cached prompt tokens in `usage`, prefix caching. `python -m` because
@@ -67,31 +57,10 @@ def vllm_server(tmp_path_factory):
     from harness import models
 
     path, _ = models.resolve(make_cfg().model)
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(server_command(path, port), stdout=fh, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"vLLM server not healthy after 5 minutes:\n{log.read_text()[-3000:]}")
+    with local_server(server_command(path, port), log, "vLLM server", 300, port) as base:
         yield {"base_url": base + "/v1", "model_path": path}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _records(root: Path) -> list[dict]:
