@@ -6,6 +6,7 @@ Skips, with the reason, where SLURM cannot start."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -101,8 +102,12 @@ def task_ids(slurm: LocalSlurm) -> dict[int, str]:
 
 
 def requeue_now(slurm: LocalSlurm, task: str, proc: subprocess.Popen) -> None:
-    """A requeued job may start again only 120 s later (SLURM's fixed delay): as an admin would, lift it."""
+    """A requeued job may start again only 120 s later (SLURM's fixed delay): as an admin would, lift it.
+    Not within the second the job was killed in: slurmd refuses a launch credential that is not newer, in
+    whole seconds, than the kill's revocation (`cred->ctime <= j->revoked` in slurm_cred.c), and the
+    job ends FAILED without output ("already killed, do not launch batch job")."""
     wait_for(lambda: "PENDING" in slurm.cmd("squeue", "-h", "-j", task, "-o", "%T"), 60, f"{task} requeued", proc)
+    time.sleep(math.floor(time.time()) + 1.1 - time.time())  # the kill was before PENDING was seen
     slurm.cmd("scontrol", "update", f"JobId={task}", "StartTime=now")
 
 
