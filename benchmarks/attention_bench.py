@@ -5,7 +5,9 @@
 On the embedded SmolLM2-135M, an Xfinity prompt padded with distractor turns to about
 --prompt-tokens, and --new-tokens completion tokens:
   (a) plain: transformers' generate, greedy, exactly --new-tokens tokens (min_new_tokens),
-  (b) probe: the run's replay path (regions, prefill with sdpa, chunked probe attention),
+  (b) probe: the run's replay path (regions, prefill with sdpa, chunked probe attention), as after a
+      backend without HF weights generated; probe_reused: as after the hf backend generated, on the
+      prompt KV of its decode engine (no prefill),
   (c) naive: one eager pass with output_attentions=True, reduced to the same region masses;
       skipped with the memory it would need when that exceeds the machine's available memory.
 Each runs in its own subprocess so its peak RSS is its own. Not a test: numbers depend on the box.
@@ -20,6 +22,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,16 +75,21 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
             gen = backend.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                                          min_new_tokens=new_tokens, do_sample=False, pad_token_id=min(backend.eos_ids))
         out["generated"] = gen.shape[1] - len(prompt_ids)
-    elif mode == "probe":
+    elif mode in ("probe", "probe_reused"):
         import tempfile
 
         from harness.attention.replay import RunProbe
         from harness.types import Completion
 
         probe = RunProbe(cfg, backend, Path(tempfile.mkdtemp()))
+        if mode == "probe_reused":  # as in a run: the hf backend generated first (not timed here, see plain)
+            backend.generate([replace(sample.request, generation=replace(sample.request.generation, max_new_tokens=1))])
+        else:
+            probe.kv_source = None  # the probe prefills the prompt itself (another backend generated)
         t0 = time.perf_counter()  # after the probe's two-token self-check
         arrays = probe.measure(sample, Completion(text=text))
         out["counts"] = arrays["counts"].tolist()
+        out["prompt_kv_reused"] = bool(arrays["prompt_kv_reused"])
     else:
         cfg_model = backend.model.config
         T = len(prompt_ids) + len(completion_ids)
@@ -107,7 +115,7 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=8000)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--chunk-size", type=int, default=64)
-    parser.add_argument("--modes", default="plain,probe,naive")
+    parser.add_argument("--modes", default="plain,probe,probe_reused,naive")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -127,6 +135,9 @@ def main() -> int:
     if "wall_s" in plain and "wall_s" in probe:
         print(f"probe / plain: peak RSS {probe['peak_rss_mib'] / plain['peak_rss_mib']:.2f}x (goal <= 1.5x), "
               f"wall {probe['wall_s'] / plain['wall_s']:.2f}x (goal <= 2x)")
+    reused = results.get("probe_reused", {})
+    if "wall_s" in plain and "wall_s" in reused:
+        print(f"probe_reused / plain: wall {reused['wall_s'] / plain['wall_s']:.2f}x")
     naive = results.get("naive", {})
     if "wall_s" in naive and "wall_s" in probe:
         print(f"naive / probe: peak RSS {naive['peak_rss_mib'] / probe['peak_rss_mib']:.2f}x, wall {naive['wall_s'] / probe['wall_s']:.2f}x")

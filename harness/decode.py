@@ -35,6 +35,15 @@ class PrefixDecoder:
         self.model, self.eos_ids, self.device = model, eos_ids, device
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        # keep_prompt_kv: the last call's prompt KV stays until the next call, for the attention probe
+        # (`prompt_kv`) to replay on instead of prefilling again; shared prefixes stay shared
+        self.keep_prompt_kv = False
+        self._kept: dict[tuple[int, ...], list] = {}  # prompt ids -> the KV runs of its path, root first
+
+    def prompt_kv(self, ids: list[int]) -> list[tuple[Any, Any]] | None:
+        """Per-layer (keys, values) of prompt `ids` if the last call decoded exactly that prompt."""
+        runs = self._kept.get(tuple(ids))
+        return _concat_kv(runs) if runs else None
 
     def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
                share_prefix: bool, continuations: list[list[list[int]] | None] | None = None) -> list[Decoded]:
@@ -55,6 +64,7 @@ class PrefixDecoder:
             for n in node.path():
                 remaining[id(n)] = remaining.get(id(n), 0) + 1
         store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
+        self._kept = {}
         results: list[Decoded | None] = [None] * len(prompts)
         scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
         for start in range(0, len(order), batch_size):
@@ -77,6 +87,9 @@ class PrefixDecoder:
                 results[i] = Decoded(tokens, finish, c, latency, s)
                 for j in node.ends[1:] if copy else []:
                     results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s)
+                if self.keep_prompt_kv:
+                    self._kept[tuple(prompts[i])] = [store[id(n)][0] for n in node.path()]
+                    continue
                 for n in node.path():
                     remaining[id(n)] -= 1
                     if remaining[id(n)] == 0:

@@ -38,6 +38,36 @@ def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
     assert all(np.allclose(r.sum(-1), 1.0, atol=1e-5) for r in rows.values())
 
 
+def test_the_probe_replays_on_the_generations_prompt_kv(tmp_path: Path):
+    """After the hf backend generated, the probe starts from the prompts' KV of that generation (no
+    forward over a whole prompt) and measures what a fresh prefill measures."""
+    from harness.attention.replay import RunProbe
+    from harness.backends import make_backend
+    from harness.plan import make_plan
+
+    cfg = make_cfg(*SHORT, "condition=[none,status_tail]", "probe.attention=true", "model.generation.max_new_tokens=6")
+    backend = make_backend(cfg)
+    probe = RunProbe(cfg, backend, tmp_path)
+    samples = make_plan(cfg)
+    completions = backend.generate([s.request for s in samples])
+    widths = []
+    hook = backend.model.register_forward_pre_hook(lambda m, args, kw: widths.append(kw["input_ids"].shape[1]),
+                                                   with_kwargs=True)
+    try:
+        reused = [probe.measure(s, c) for s, c in zip(samples, completions)]
+    finally:
+        hook.remove()
+    prompt_lens = {len(a["token_regions"]) for a in reused}
+    assert all(bool(a["prompt_kv_reused"]) for a in reused)
+    assert widths and not prompt_lens & set(widths)  # chunks of the completion only, no prompt prefill
+    probe.kv_source = None  # the same samples prefilled again
+    for s, c, a in zip(samples, completions, reused):
+        fresh = probe.measure(s, c)
+        assert not bool(fresh["prompt_kv_reused"])
+        np.testing.assert_allclose(a["masses"], fresh["masses"], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(a["strip"], fresh["strip"], atol=1e-5, rtol=0)
+
+
 def test_run_with_the_probe_writes_masses_and_report(tmp_path: Path):
     args = [*SHORT, "model.generation.max_new_tokens=6", "probe.attention=true", f"run.root={tmp_path}", "run.name=probe"]
     first = run_cli(*args)

@@ -63,9 +63,10 @@ class AttentionProbe:
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def run(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], prompt_regions: Sequence[int],
-            phases: Sequence[int], n_regions: int, keep_rows: bool = False) -> ProbeResult:
+            phases: Sequence[int], n_regions: int, keep_rows: bool = False, prompt_kv=None) -> ProbeResult:
         """prompt_regions: region id per prompt token (< n_regions - 1); completion tokens are keys of
-        the last region (generated). phases: THINKING/ANSWER per completion token."""
+        the last region (generated). phases: THINKING/ANSWER per completion token. prompt_kv: the
+        prompt's per-layer (keys, values) from the generation, replayed on instead of a prefill."""
         from transformers import DynamicCache
 
         p, n = len(prompt_ids), len(completion_ids)
@@ -80,9 +81,13 @@ class AttentionProbe:
             phase=torch.tensor([ANSWER] * p + list(phases), device=device), n_regions=n_regions,
             masses=torch.zeros(2, self.layers, self.heads, n_regions, dtype=torch.float64), prompt_len=p,
             strip_layer=self.strip_layer, strip=torch.zeros(p, dtype=torch.float64), keep_rows=keep_rows)
-        cache = DynamicCache()
+        if prompt_kv is not None and prompt_kv[0][0].shape[-2] != p:
+            raise ValueError(f"prompt_kv covers {prompt_kv[0][0].shape[-2]} positions, the prompt {p}")
+        # the cache appends by concatenation: the generation's tensors are read, never written
+        cache = DynamicCache(ddp_cache_data=prompt_kv) if prompt_kv is not None else DynamicCache()
         with torch.inference_mode():
-            self.model(input_ids=ids[:, :p], use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+            if prompt_kv is None:
+                self.model(input_ids=ids[:, :p], use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
             with _attention_implementation(self.model, kernel.NAME):
                 for start in range(p, p + n, self.chunk_size):
                     self.model(input_ids=ids[:, start:start + self.chunk_size], use_cache=True, logits_to_keep=1,

@@ -33,7 +33,9 @@ class RunProbe:
         from harness.backends import hf_weights
         from harness.backends.hf import HFBackend, HFBackendConfig
 
-        # a backend holding HF weights generated with them: reuse them, no second copy
+        # a backend holding HF weights generated with them: reuse them, no second copy, and the
+        # prompts' KV from its decode engine (no second prefill)
+        self.kv_source = getattr(hf_weights(backend), "decoder", None)
         try:
             self.hf = hf_weights(backend) or HFBackend(
                 cfg.model, HFBackendConfig(device=cfg.probe.device, dtype=cfg.probe.dtype, batch_size=1))
@@ -48,6 +50,8 @@ class RunProbe:
             self.probe.run([0], [0], [0], [1], 2)
         except RuntimeError as exc:
             raise ConfigError(f"probe.attention: {exc}") from None
+        if self.kv_source is not None:
+            self.kv_source.keep_prompt_kv = True
         self.run_dir = Path(run_dir)
         self.meta = {"generated_by": cfg.backend.name,
                      "replayed_with": {k: v for k, v in self.hf.describe().items() if k in ("path", "revision", "dtype", "device")},
@@ -67,15 +71,18 @@ class RunProbe:
         gen = tok(text, add_special_tokens=False, return_offsets_mapping=True)
         names = regions.names + [GENERATED]
         token_regions = regions.token_regions(prompt["offset_mapping"])
+        # None where the generation saw other tokens (or another backend generated): prefilled again
+        kv = self.kv_source.prompt_kv(prompt["input_ids"]) if self.kv_source is not None else None
         result = self.probe.run(prompt["input_ids"], gen["input_ids"], token_regions,
-                                completion_phases(text, gen["offset_mapping"]), len(names))
+                                completion_phases(text, gen["offset_mapping"]), len(names), prompt_kv=kv)
         return {"masses": result.masses, "counts": result.counts, "regions": np.array(names),
                 "token_regions": np.array(token_regions, dtype=np.int16), "strip": result.strip,
                 # where each prompt token sits in the text the probe tokenized: the report's sample
                 # browser shades that text per token
                 "token_offsets": np.array(prompt["offset_mapping"], dtype=np.int32).reshape(-1, 2),
                 "prompt_text": np.array(regions.text),
-                "strip_layer": np.array(result.strip_layer), "meta": np.array(json.dumps(self.meta))}
+                "strip_layer": np.array(result.strip_layer), "prompt_kv_reused": np.array(kv is not None),
+                "meta": np.array(json.dumps(self.meta))}
 
     def annotate(self, batch: list[Sample], completions: list[Completion], records: list[Record]) -> None:
         """Measure the batch, write its masses as a new part, then set each record's attention_ref
