@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from contextlib import nullcontext
 from typing import Any, Callable, NamedTuple
 
 from harness import progress
@@ -157,6 +158,8 @@ class PrefixDecoder:
                 warpers.append(TopPLogitsWarper(gen.top_p))
             if gen.min_p > 0:
                 warpers.append(MinPLogitsWarper(gen.min_p))
+        from harness import decode_attention
+        from harness.decode_attention import attention_implementation
         from harness.kvcache import batch_cache
 
         generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
@@ -169,7 +172,11 @@ class PrefixDecoder:
         rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
         generated: list[list[int]] = [[] for _ in ends]
         done = [False] * len(ends)
-        with torch.inference_mode():
+        # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
+        # (flash attention on a GPU) is left alone
+        decode_attn = (attention_implementation(self.model, decode_attention.NAME)
+                       if self.model.config._attn_implementation == "sdpa" else nullcontext())
+        with torch.inference_mode(), decode_attn:
             for step in range(gen.max_new_tokens):
                 if gen.greedy:
                     nxt = logits.argmax(-1)

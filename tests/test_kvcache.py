@@ -34,3 +34,29 @@ def test_rows_are_their_paths_right_aligned_and_steps_append_in_place():
         assert "cache full" in str(exc)
     else:
         raise AssertionError("a write past the buffer must fail")
+
+
+def test_one_token_decode_attention_equals_transformers_sdpa_with_a_padding_mask():
+    """Grouped-query heads read their KV head in place, padded keys stay masked, and what it does not
+    handle (a longer query) goes to transformers' own sdpa."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from harness.decode_attention import decode_attention
+
+    class Module(torch.nn.Module):
+        num_key_value_groups, is_causal, training = 3, True, False
+
+    g = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(2, h, 1, 8, generator=g) if h == 6 else torch.randn(2, h, 5, 8, generator=g)
+                         for h in (6, 2, 2))
+    mask = torch.tensor([[True] * 5, [False, False, True, True, True]])[:, None, None, :]  # row 1 left-padded by 2
+    ours, _ = decode_attention(Module(), query, key, value, mask, scaling=0.3)
+    ref, _ = sdpa_attention_forward(Module(), query, key, value, mask, scaling=0.3)
+    assert ours.shape == ref.shape == (2, 1, 6, 8)
+    torch.testing.assert_close(ours, ref)
+    key[1, :, :2] = 1e4  # what sits in the padding does not matter
+    torch.testing.assert_close(decode_attention(Module(), query, key, value, mask, scaling=0.3)[0], ref)
+    longer = torch.randn(2, 6, 5, 8, generator=g)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None].expand(2, 1, 5, 5)
+    torch.testing.assert_close(decode_attention(Module(), longer, key, value, causal, scaling=0.3)[0],
+                               sdpa_attention_forward(Module(), longer, key, value, causal, scaling=0.3)[0])

@@ -7,14 +7,14 @@ Memory: the KV cache plus chunk x seq scores for one layer at a time, never seq 
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from harness.attention import kernel
+from harness.decode_attention import attention_implementation
 
 THINKING, ANSWER = 0, 1
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -39,16 +39,6 @@ def completion_phases(text: str, offsets: Sequence[tuple[int, int]]) -> list[int
     else:
         end = len(text) if text.lstrip().startswith(_THINK_OPEN) else 0
     return [THINKING if s < end else ANSWER for s, _ in offsets]
-
-
-@contextmanager
-def _attention_implementation(model, name: str) -> Iterator[None]:
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(previous)
 
 
 class AttentionProbe:
@@ -88,7 +78,7 @@ class AttentionProbe:
         with torch.inference_mode():
             if prompt_kv is None:
                 self.model(input_ids=ids[:, :p], use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
-            with _attention_implementation(self.model, kernel.NAME):
+            with attention_implementation(self.model, kernel.NAME):
                 for start in range(p, p + n, self.chunk_size):
                     self.model(input_ids=ids[:, start:start + self.chunk_size], use_cache=True, logits_to_keep=1,
                                probe_sink=sink, **{self.cache_kw: cache})
@@ -111,7 +101,7 @@ def reference_masses(model, prompt_ids: Sequence[int], completion_ids: Sequence[
     onehot = torch.nn.functional.one_hot(torch.tensor(list(prompt_regions) + [n_regions - 1] * len(completion_ids)),
                                          n_regions).double()
     phase = torch.tensor(list(phases))
-    with torch.inference_mode(), _attention_implementation(model, "eager"):
+    with torch.inference_mode(), attention_implementation(model, "eager"):
         attentions = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
     out = np.zeros((2, len(attentions), attentions[0].shape[1], n_regions))
     for layer, att in enumerate(attentions):
