@@ -255,7 +255,7 @@ class RunConfig:
     root: str = "results"
     # the scenario is part of the name: the README's two example commands write two runs, not one pooled
     name: str = "${model.name}-${backend.name}-${scenario.name}"
-    batch_size: int = 16  # samples handed to the backend per call (and per records flush)
+    batch_size: int = 32  # samples handed to the backend per call (and per records flush)
     report: bool = True
     progress: bool = True
     # "i/n": this job runs shard i (0-based) of n of the plan, into <run dir>/shards/i-of-n

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import time
 from contextlib import nullcontext
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from harness import progress
 
@@ -34,6 +34,7 @@ class PrefixDecoder:
 
     def __init__(self, model: Any, eos_ids: set[int], device: str):
         self.model, self.eos_ids, self.device = model, eos_ids, device
+        self.kv_bytes = kv_bytes_per_position(model)
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         # keep_prompt_kv: the last call's prompt KV stays until the next call, for the attention probe
@@ -47,8 +48,10 @@ class PrefixDecoder:
         return _concat_kv(runs) if runs else None
 
     def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
-               share_prefix: bool, continuations: list[list[list[int]] | None] | None = None) -> list[Decoded]:
-        """Decode every prompt, in batches of `batch_size`, sharing prefix KV across the whole call.
+               share_prefix: bool, kv_gb: float = float("inf"),
+               continuations: list[list[list[int]] | None] | None = None) -> list[Decoded]:
+        """Decode every prompt, in batches of at most `batch_size` rows whose KV buffers (rows x
+        (longest prompt + new tokens) positions) fit in `kv_gb`, sharing prefix KV across the whole call.
         Without `share_prefix` each prompt is its own tree (the naive path the benchmark and the
         identity test compare against), batched by length. `continuations[i]`: token runs to score
         teacher-forced after prompt i, on top of the prompt's KV (once per distinct prompt)."""
@@ -68,8 +71,7 @@ class PrefixDecoder:
         self._kept = {}
         results: list[Decoded | None] = [None] * len(prompts)
         scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+        for chunk in _batches(order, batch_size, gen.max_new_tokens, kv_gb * 1e9 / self.kv_bytes):
             t0 = time.perf_counter()
             cached = []
             for i, node in chunk:
@@ -118,27 +120,32 @@ class PrefixDecoder:
 
     def _score(self, node: PrefixNode, store: dict, runs: list[list[int]]) -> list[list[float]]:
         """Log-probabilities of each token of each run after the prompt ending at `node`: the first
-        token from the prompt's last logits, the rest from one right-padded forward over the runs on
-        top of the prompt's KV (padding sits after every real token, so the causal mask keeps it out)."""
+        token from the prompt's last logits, the rest from one forward over the runs' prefix tree
+        (`_run_tree`) on top of the prompt's KV: a prefix the runs share is computed once, and no
+        row copies the prompt's KV."""
         import torch
         from transformers import DynamicCache
 
         last = store[id(node)][1].float().log_softmax(-1)
         out = [[float(last[r[0]])] for r in runs]
-        rest = [r[:-1] for r in runs]  # the input whose next-token logits score r[1:]
-        width = max(len(r) for r in rest)
-        if width == 0:
+        tokens, parents, at = _run_tree([r[:-1] for r in runs])  # r[:-1]: the input whose next-token logits score r[1:]
+        if not tokens:
             return out
-        past = _concat_kv([store[id(n)][0] for n in node.path()])
-        cache = DynamicCache(ddp_cache_data=[tuple(t.expand(len(runs), *t.shape[1:]).contiguous() for t in layer) for layer in past])
-        ids = torch.tensor([r + [0] * (width - len(r)) for r in rest], device=self.device)
-        mask = torch.tensor([[1] * node.end + [1] * len(r) + [0] * (width - len(r)) for r in rest], device=self.device)
-        positions = torch.arange(node.end, node.end + width, device=self.device)[None].expand(len(runs), -1)
+        n = len(tokens)
+        depth, seen = [], torch.zeros(n, n, dtype=torch.bool)
+        for i, p in enumerate(parents):  # a tree token sees the prompt, its ancestors and itself
+            depth.append(0 if p < 0 else depth[p] + 1)
+            if p >= 0:
+                seen[i] = seen[p]
+            seen[i, i] = True
+        mask = torch.cat([torch.ones(n, node.end, dtype=torch.bool), seen], dim=1)[None, None].to(self.device)
+        positions = (node.end + torch.tensor(depth, device=self.device))[None]
+        cache = DynamicCache(ddp_cache_data=_concat_kv([store[id(n)][0] for n in node.path()]))
         with torch.inference_mode():
-            logp = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                              **{self.cache_kw: cache}).logits.float().log_softmax(-1)
-        for row, (r, o) in enumerate(zip(runs, out)):
-            o.extend(float(x) for x in logp[row, torch.arange(len(r) - 1), torch.tensor(r[1:])])
+            logp = self.model(input_ids=torch.tensor([tokens], device=self.device), attention_mask=mask,
+                              position_ids=positions, use_cache=True, **{self.cache_kw: cache}).logits[0].float().log_softmax(-1)
+        for r, o, where in zip(runs, out, at):
+            o.extend(float(logp[i, t]) for i, t in zip(where, r[1:]))
         return out
 
     def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int],
@@ -205,6 +212,32 @@ class PrefixDecoder:
 
 
 
+def kv_bytes_per_position(model: Any) -> int:
+    """Bytes of keys and values one token position takes in the model's cache, over all layers."""
+    cfg = model.config.get_text_config()
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+
+
+def _batches(order: list[tuple[int, PrefixNode]], rows: int, new_tokens: int, positions: float) -> Iterator[list[tuple[int, PrefixNode]]]:
+    """`order` cut into consecutive decode batches of at most `rows` rows whose preallocated cache
+    (rows x (longest prompt + new tokens) positions, `kvcache.batch_cache`) stays within `positions`;
+    a row alone over it is still decoded alone."""
+    chunk: list[tuple[int, PrefixNode]] = []
+    width = 0
+    for item in order:
+        wider = max(width, item[1].end)
+        if chunk and (len(chunk) == rows or (len(chunk) + 1) * (wider + new_tokens) > positions):
+            yield chunk
+            chunk, wider = [], item[1].end
+        chunk.append(item)
+        width = wider
+    if chunk:
+        yield chunk
+
+
 def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
     """Per-layer (keys, values) of consecutive token runs, joined along the sequence axis."""
     import torch
@@ -212,3 +245,23 @@ def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
     if len(parts) <= 1:
         return parts[0] if parts else []
     return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]
+
+
+def _run_tree(runs: list[list[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """The runs as a prefix tree of tokens: (token of each tree position, its parent's position or -1,
+    per run the positions of its tokens). Parents come before their children."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    child: dict[tuple[int, int], int] = {}
+    at = []
+    for run in runs:
+        here, where = -1, []
+        for t in run:
+            if (here, t) not in child:
+                child[here, t] = len(tokens)
+                tokens.append(t)
+                parents.append(here)
+            here = child[here, t]
+            where.append(here)
+        at.append(where)
+    return tokens, parents, at

@@ -45,14 +45,17 @@ class GrowInPlaceLayer(DynamicLayer):
 def batch_cache(paths: list[list[KV]], spans: list[list[tuple[int, int]]], new_tokens: int) -> DynamicCache:
     """The cache of a left-padded batch: row r is the concatenation of the KV runs paths[r], which
     cover positions spans[r] (consecutive, from 0), right-aligned at the longest row, with room for
-    `new_tokens` more positions. Padding stays zero (it is masked)."""
+    `new_tokens` more positions. Padding is zero (it is masked)."""
     width = max(r[-1][1] for r in spans)
     cache = DynamicCache()
     cache.layers = []
     for layer, (k0, v0) in enumerate(paths[0][0]):
-        bufs = [t.new_zeros((len(paths), t.shape[1], width + new_tokens, t.shape[3])) for t in (k0, v0)]
+        # uninitialised but for the padding: the room for new tokens is written before it is read
+        bufs = [t.new_empty((len(paths), t.shape[1], width + new_tokens, t.shape[3])) for t in (k0, v0)]
         for r, (runs, run_spans) in enumerate(zip(paths, spans)):
             pad = width - run_spans[-1][1]
+            for buf in bufs:  # masked, but masked garbage can be NaN, and NaN x 0 weight is NaN
+                buf[r, :, :pad] = 0
             for kv, (start, end) in zip(runs, run_spans):
                 for buf, part in zip(bufs, kv[layer]):
                     buf[r, :, pad + start:pad + end] = part[0]

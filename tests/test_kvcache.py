@@ -60,3 +60,17 @@ def test_one_token_decode_attention_equals_transformers_sdpa_with_a_padding_mask
     causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None].expand(2, 1, 5, 5)
     torch.testing.assert_close(decode_attention(Module(), longer, key, value, causal, scaling=0.3)[0],
                                sdpa_attention_forward(Module(), longer, key, value, causal, scaling=0.3)[0])
+
+
+def test_decode_batches_are_cut_by_rows_and_by_kv_positions():
+    from harness.batching import PrefixNode
+    from harness.decode import _batches
+
+    order = [(i, PrefixNode(0, [0] * n, [i], [i])) for i, n in enumerate([10, 10, 30, 10, 50])]
+    cut = lambda rows, positions: [[i for i, _ in chunk] for chunk in _batches(order, rows, 2, positions)]  # noqa: E731
+    assert cut(64, float("inf")) == [[0, 1, 2, 3, 4]]
+    assert cut(2, float("inf")) == [[0, 1], [2, 3], [4]]
+    # rows x (longest prompt + 2 new tokens): 2 x 12 fits 40, adding the 30-token row makes 3 x 32;
+    # the 50-token row is over 40 on its own and is still decoded, alone
+    assert cut(64, 40) == [[0, 1], [2], [3], [4]]
+    assert cut(64, 100) == [[0, 1, 2], [3], [4]]  # 3 x 32 = 96 fits; 4 x 32 does not, nor 2 x 52

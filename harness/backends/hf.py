@@ -19,14 +19,21 @@ class HFBackendConfig(BackendConfig):
     device: Device = Device.cpu
     dtype: DType = DType.float32
     threads: int = 0  # torch intra-op threads; 0 = torch's default
-    batch_size: int = 16  # rows per decode step: more rows share each read of the weights
+    batch_size: int = 64  # most rows per decode step: more rows share each read of the weights
+    # memory, not a row count, sizes a decode batch: its KV buffers (rows x (longest prompt + new
+    # tokens) positions) stay within this many GB, so short prompts batch wide and long ones narrow
+    decode_kv_gb: float = 2.0
     # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
     # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
     share_prefix: bool = True
+    # on a CPU, linear layers through oneDNN's matmul (as vLLM's CPU build does) instead of torch's MKL
+    # sgemm: faster at decode batch sizes; off: torch's own linear (`harness.cpu_linear`)
+    onednn_linear: bool = True
 
     def __post_init__(self) -> None:
         require(self.threads >= 0, "backend.threads", f"must be >= 0, got {self.threads}")
         require(self.batch_size >= 1, "backend.batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.decode_kv_gb > 0, "backend.decode_kv_gb", f"must be > 0, got {self.decode_kv_gb}")
 
 
 @register_backend("hf", HFBackendConfig)
@@ -54,6 +61,11 @@ class HFBackend:
             from harness.errors import ConfigError
 
             raise ConfigError(f"model.path: cannot load {self.path!r}: {str(exc).splitlines()[0]}") from None
+        self.linear = "torch"
+        if cfg.onednn_linear:
+            from harness.cpu_linear import route_linears
+
+            self.linear = "onednn" if route_linears(self.model) else "torch"
         self.renderer = PromptRenderer(self.tokenizer, model_cfg)
         self.native_tools = self.renderer.native_tools
         gen_eos = self.model.generation_config.eos_token_id
@@ -68,7 +80,7 @@ class HFBackend:
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,
-                "dtype": str(self.model.dtype), "native_tools": self.native_tools, "share_prefix": self.cfg.share_prefix}
+                "dtype": str(self.model.dtype), "linear": self.linear, "native_tools": self.native_tools, "share_prefix": self.cfg.share_prefix}
 
     def render(self, request: Request) -> str:
         return self.renderer(request.messages, request.tools)
@@ -95,7 +107,7 @@ class HFBackend:
             encoded = [scoring.get(i) for i, _, _ in items]
             decoded = self.decoder.decode([ids for _, _, ids in items], requests[items[0][0]].generation,
                                           [requests[i].seed for i, _, _ in items], batch_size=self.cfg.batch_size,
-                                          share_prefix=self.cfg.share_prefix,
+                                          share_prefix=self.cfg.share_prefix, kv_gb=self.cfg.decode_kv_gb,
                                           continuations=[e.continuations if isinstance(e, Encoded) else None for e in encoded])
             for (i, text, ids), d, e in zip(items, decoded, encoded):
                 out[i] = self._completion(text, ids, d)
