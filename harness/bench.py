@@ -146,14 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: results/bench/<UTC time>.json)")
     parser.add_argument("--peer", choices=["auto", "off", "only"], default="auto",
                         help="hf against vllm on the same grid: auto = where vllm is installed; only = nothing else")
+    parser.add_argument("--peer-repeats", type=int, default=1,
+                        help="timed runs of each backend in the peer comparison, in turns; the median is reported")
     args = parser.parse_args(argv)
+    if args.peer_repeats < 1:
+        parser.error(f"--peer-repeats must be >= 1, got {args.peer_repeats}")
     from harness.peer import vllm_installed
 
     if args.peer == "only":
         if not vllm_installed():
             print('statusbench: error: --peer only needs vllm (see the README: vLLM on a CPU machine)', file=sys.stderr)
             return 2
-        return write(peer_result(args.overrides), args.out, "")
+        return write(peer_result(args.overrides, args.peer_repeats), args.out, "")
     base = ["experiment.replicates=4", "run.progress=false", "run.report=false", *args.overrides]
     with user_errors():
         greedy_cfg = compose_config([*base, "model.generation.temperature=0"])
@@ -192,15 +196,15 @@ def main(argv: list[str] | None = None) -> int:
                              ("sampled_naive", sampled_naive))},
     }
     if args.peer == "auto":
-        result["peer"] = peer_result(args.overrides)["peer"] if vllm_installed() else {"skipped": "vllm is not installed"}
+        result["peer"] = peer_result(args.overrides, args.peer_repeats)["peer"] if vllm_installed() else {"skipped": "vllm is not installed"}
     return write(result, args.out, table(result))
 
 
-def peer_result(overrides: list[str]) -> dict[str, Any]:
+def peer_result(overrides: list[str], repeats: int = 1) -> dict[str, Any]:
     from harness import peer
 
     with user_errors(), tempfile.TemporaryDirectory(prefix="statusbench-peer-") as tmp:
-        summary, _ = peer.compare(overrides, Path(tmp))
+        summary, _ = peer.compare(overrides, Path(tmp), repeats)
     return {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
             "platform": platform.platform(), "peer": summary}
 

@@ -170,19 +170,21 @@ class PrefixDecoder:
         from harness.kvcache import batch_cache
 
         generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
-        cache = batch_cache([[store[id(n)][0] for n in node.path()] for node in ends],
-                            [[(n.start, n.end) for n in node.path()] for node in ends], gen.max_new_tokens)
-        width = max(node.end for node in ends)
-        mask = torch.tensor([[0] * (width - n.end) + [1] * n.end for n in ends], device=self.device)
+        # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
+        # (flash attention on a GPU) is left alone
+        ours = self.model.config._attn_implementation == "sdpa"
+        own, shared = _split(ends, SHARED_MIN_POSITIONS if ours and decode_attention.merges_parts(self.device) else None)
+        cache = batch_cache([[store[id(n)][0] for n in path] for path in own], gen.max_new_tokens,
+                            [(store[id(n)][0], rows) for n, rows in shared])
+        lengths = [sum(len(n.tokens) for n in path) for path in own]
+        width = max(lengths)
+        mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=self.device)
         positions = torch.tensor([[n.end] for n in ends], device=self.device)
         logits = torch.stack([store[id(n)][1] for n in ends])
         rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
         generated: list[list[int]] = [[] for _ in ends]
         done = [False] * len(ends)
-        # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
-        # (flash attention on a GPU) is left alone
-        decode_attn = (attention_implementation(self.model, decode_attention.NAME)
-                       if self.model.config._attn_implementation == "sdpa" else nullcontext())
+        decode_attn = attention_implementation(self.model, decode_attention.NAME) if ours else nullcontext()
         with torch.inference_mode(), decode_attn:
             for step in range(gen.max_new_tokens):
                 if gen.greedy:
@@ -209,6 +211,26 @@ class PrefixDecoder:
                                     use_cache=True, **{self.cache_kw: cache}).logits[:, -1, :]
                 positions = positions + 1
         return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
+
+
+# a run of the prompt tree that several rows of a decode batch continue is held once and read once
+# per step when that saves at least this many positions per step (`_split`); a shorter one is copied
+# into each row's buffer, where it costs no attention call of its own
+SHARED_MIN_POSITIONS = 256
+
+
+def _split(ends: list[PrefixNode], min_saved: int | None) -> tuple[list[list[PrefixNode]], list[tuple[PrefixNode, list[int]]]]:
+    """The nodes of the batch rows' paths (row r continues the prompt ending at ends[r]) split into
+    each row's own, in path order, and the shared ones with their rows; min_saved None: none shared."""
+    rows: dict[int, list[int]] = {}
+    nodes: dict[int, PrefixNode] = {}
+    for r, end in enumerate(ends):
+        for n in end.path():
+            rows.setdefault(id(n), []).append(r)
+            nodes[id(n)] = n
+    shared = set() if min_saved is None else {
+        k for k, members in rows.items() if len(nodes[k].tokens) * (len(members) - 1) >= max(min_saved, 1)}
+    return [[n for n in end.path() if id(n) not in shared] for end in ends], [(nodes[k], rows[k]) for k in rows if k in shared]
 
 
 def kv_bytes_per_position(model: Any) -> int:

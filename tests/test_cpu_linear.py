@@ -16,7 +16,7 @@ def _tiny_llama():
     return LlamaForCausalLM(cfg).eval()
 
 
-@pytest.mark.skipif(cpu_linear._OP is None, reason="this torch build has no oneDNN linear")
+@pytest.mark.skipif(cpu_linear._PACK is None, reason="this torch build has no oneDNN linear")
 def test_every_linear_goes_through_onednn_with_torchs_results(monkeypatch):
     model = _tiny_llama()
     ids = torch.tensor([[1, 5, 9, 2, 7]])
@@ -24,17 +24,18 @@ def test_every_linear_goes_through_onednn_with_torchs_results(monkeypatch):
         ref = model(input_ids=ids).logits
     calls = []
     op = cpu_linear._OP
-    monkeypatch.setattr(cpu_linear, "_OP", lambda *a: calls.append(a[1].shape) or op(*a))
-    assert cpu_linear.route_linears(model)
+    monkeypatch.setattr(cpu_linear, "_OP", lambda *a: calls.append(a[1].is_mkldnn) or op(*a))
+    assert cpu_linear.route_linears(model, 8)
     with torch.inference_mode():
         got = model(input_ids=ids).logits
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert len(calls) == len(linears) == 2 * 7 + 1  # q k v o gate up down per layer, and the lm_head
+    assert all(calls)  # with the weights packed at load
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_in_another_dtype_is_left_alone():
     model = _tiny_llama().to(torch.bfloat16)
     forwards = [m.forward for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert not cpu_linear.route_linears(model)
+    assert not cpu_linear.route_linears(model, 8)
     assert forwards == [m.forward for m in model.modules() if isinstance(m, torch.nn.Linear)]

@@ -13,7 +13,7 @@ def _kv(tokens: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def test_rows_are_their_paths_right_aligned_and_steps_append_in_place():
     shared, tail_a, tail_b = _kv(4, 0), _kv(2, 1), _kv(1, 2)
-    cache = batch_cache([[shared, tail_a], [shared, tail_b]], [[(0, 4), (4, 6)], [(0, 4), (4, 5)]], new_tokens=2)
+    cache = batch_cache([[shared, tail_a], [shared, tail_b]], new_tokens=2)
     for layer in range(2):
         for j, got in enumerate((cache.layers[layer].keys, cache.layers[layer].values)):
             assert got.shape == (2, 2, 6, 3)
@@ -60,6 +60,44 @@ def test_one_token_decode_attention_equals_transformers_sdpa_with_a_padding_mask
     causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None].expand(2, 1, 5, 5)
     torch.testing.assert_close(decode_attention(Module(), longer, key, value, causal, scaling=0.3)[0],
                                sdpa_attention_forward(Module(), longer, key, value, causal, scaling=0.3)[0])
+
+
+def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole_cache():
+    """Runs held once for several rows (one alone, two of equal member count stacked with padding) give
+    the attention of each row over its concatenated KV; a finished row leaves every run it read."""
+    from harness.decode_attention import decode_attention
+
+    class Module(torch.nn.Module):
+        num_key_value_groups, is_causal, training = 3, True, False
+
+    root, ep_a, ep_b = _kv(5, 0), _kv(4, 1), _kv(2, 2)
+    own = [_kv(1, 3), [], _kv(2, 4), _kv(3, 5)]  # row 1 has no tokens of its own (a replicate of row 0's prompt)
+    paths = [[root, ep_a, own[0]], [root, ep_a], [root, ep_b, own[2]], [root, ep_b, own[3]]]
+    whole = batch_cache([[torch_cat(p)] for p in paths], new_tokens=2)
+    split = batch_cache([[o] if o else [] for o in own], new_tokens=2,
+                        shared=[(root, [0, 1, 2, 3]), (ep_a, [0, 1]), (ep_b, [2, 3])])
+    assert [len(s.rows) for s in split.layers[0].shared] == [1, 2]  # grouped by member count
+    g = torch.Generator().manual_seed(7)
+    for step in range(2):
+        if step:  # row 2 finished
+            for cache in (whole, split):
+                cache.batch_select_indices(torch.tensor([0, 1, 3]))
+        rows = len(whole.layers[0].keys)
+        new_k, new_v, query = (torch.randn(rows, 2, 1, 3, generator=g) for _ in range(3))
+        query = torch.randn(rows, 6, 1, 3, generator=g)
+        outs = []
+        for cache in (whole, split):
+            layer = cache.layers[1]
+            key, value = layer.update(new_k, new_v)
+            lengths = [int(n) for n in (key.abs().sum((1, 3)) > 0).sum(-1)]  # this test's KV is never exactly 0
+            mask = torch.tensor([[False] * (key.shape[2] - n) + [True] * n for n in lengths])[:, None, None, :]
+            outs.append(decode_attention(Module(), query, key, value, mask, scaling=0.5)[0])
+        torch.testing.assert_close(outs[1], outs[0])
+    assert [s.rows.tolist() for s in split.layers[1].shared] == [[[0, 1, 3, 2]], [[0, 1], [3, 2]]]  # 3: the dropped slot
+
+
+def torch_cat(runs):
+    return [tuple(torch.cat([r[layer][j] for r in runs], dim=-2) for j in (0, 1)) for layer in range(len(runs[0]))]
 
 
 def test_decode_batches_are_cut_by_rows_and_by_kv_positions():

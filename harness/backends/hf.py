@@ -65,7 +65,7 @@ class HFBackend:
         if cfg.onednn_linear:
             from harness.cpu_linear import route_linears
 
-            self.linear = "onednn" if route_linears(self.model) else "torch"
+            self.linear = "onednn" if route_linears(self.model, cfg.batch_size) else "torch"
         self.renderer = PromptRenderer(self.tokenizer, model_cfg)
         self.native_tools = self.renderer.native_tools
         gen_eos = self.model.generation_config.eos_token_id
