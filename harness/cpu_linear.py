@@ -6,8 +6,8 @@ torch's CPU linear calls MKL's sgemm. On the AVX-512 EPYC this project is measur
 the 576x576 attention projections 0.94x) and 1.1x at prefill sizes; a 1000-token forward takes 0.84 of
 the time. Each weight is also reordered once, at load, into oneDNN's blocked layout (as torch's
 compiler does when it freezes a model), instead of at every call: at 24 rows the MLP projections
-take 0.75-0.85 of the time again and the lm_head 0.65-0.8; the packed copy costs the linears' memory
-once more. vLLM's CPU build sends its linears to prepacked oneDNN weights as well, so the peer
+take 0.71-0.91 of the time again and the lm_head 0.64-0.71 (two runs of a microbenchmark); the
+packed copy costs the linears' memory once more. vLLM's CPU build sends its linears to prepacked oneDNN weights as well, so the peer
 comparison weighs engines, not BLAS libraries. Results differ from MKL's in the last bits (logits
 within 4e-5), as two BLAS libraries do. float32 only: the one dtype measured.
 """
