@@ -173,7 +173,8 @@ class PrefixDecoder:
         # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
         # (flash attention on a GPU) is left alone
         ours = self.model.config._attn_implementation == "sdpa"
-        own, shared = _split(ends, SHARED_MIN_POSITIONS if ours and decode_attention.merges_parts(self.device) else None)
+        share = ours and decode_attention.merges_parts(self.device) and _padding_only_masks(self.model)
+        own, shared = _split(ends, SHARED_MIN_POSITIONS if share else None)
         cache = batch_cache([[store[id(n)][0] for n in path] for path in own], gen.max_new_tokens,
                             [(store[id(n)][0], rows) for n, rows in shared])
         lengths = [sum(len(n.tokens) for n in path) for path in own]
@@ -231,6 +232,16 @@ def _split(ends: list[PrefixNode], min_saved: int | None) -> tuple[list[list[Pre
     shared = set() if min_saved is None else {
         k for k, members in rows.items() if len(nodes[k].tokens) * (len(members) - 1) >= max(min_saved, 1)}
     return [[n for n in end.path() if id(n) not in shared] for end in ends], [(nodes[k], rows[k]) for k in rows if k in shared]
+
+
+def _padding_only_masks(model: Any) -> bool:
+    """Whether a decode step's mask depends on padding alone (full causal attention): a sliding window
+    or attention chunks mask by position, and a row's own buffer does not keep its tokens' positions
+    once shared runs are held apart."""
+    cfg = model.config.get_text_config()
+    layer_types = getattr(cfg, "layer_types", None) or []
+    return (not getattr(cfg, "sliding_window", None) and not getattr(cfg, "attention_chunk_size", None)
+            and all(t == "full_attention" for t in layer_types))
 
 
 def kv_bytes_per_position(model: Any) -> int:

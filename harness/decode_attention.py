@@ -39,10 +39,14 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, dr
     b, h, q_len, d = query.shape
     hkv = key.shape[1]
     per_row_mask = attention_mask is None or (attention_mask.shape[1] == 1 and attention_mask.shape[2] == 1)
-    if q_len != 1 or h == hkv or not per_row_mask or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+    shared = getattr(key, "shared_kv", None)
+    if q_len != 1 or not per_row_mask or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+        if shared:  # the keys passed are only part of each row's: transformers' sdpa would attend to too few
+            raise RuntimeError("decode_attention: a decode cache with shared KV runs needs one-token steps with a padding mask")
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    if h == hkv and not shared:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     rows = query.reshape(b, hkv, h // hkv, d)  # query head i reads KV head i // (h // hkv), as repeat_kv orders them
-    shared = getattr(key, "shared_kv", None)
     if shared:
         out = _cascade(rows, key, value, attention_mask, scaling, shared)
     else:

@@ -1,6 +1,7 @@
 """The decode batch's preallocated KV cache: the same keys and values as concatenation, written in place."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.kvcache import batch_cache
@@ -62,13 +63,14 @@ def test_one_token_decode_attention_equals_transformers_sdpa_with_a_padding_mask
                                sdpa_attention_forward(Module(), longer, key, value, causal, scaling=0.3)[0])
 
 
-def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole_cache():
+@pytest.mark.parametrize("groups", [3, 1])  # grouped-query heads, and one query head per KV head
+def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole_cache(groups):
     """Runs held once for several rows (one alone, two of equal member count stacked with padding) give
     the attention of each row over its concatenated KV; a finished row leaves every run it read."""
     from harness.decode_attention import decode_attention
 
     class Module(torch.nn.Module):
-        num_key_value_groups, is_causal, training = 3, True, False
+        num_key_value_groups, is_causal, training = groups, True, False
 
     root, ep_a, ep_b = _kv(5, 0), _kv(4, 1), _kv(2, 2)
     own = [_kv(1, 3), [], _kv(2, 4), _kv(3, 5)]  # row 1 has no tokens of its own (a replicate of row 0's prompt)
@@ -84,7 +86,7 @@ def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole
                 cache.batch_select_indices(torch.tensor([0, 1, 3]))
         rows = len(whole.layers[0].keys)
         new_k, new_v, query = (torch.randn(rows, 2, 1, 3, generator=g) for _ in range(3))
-        query = torch.randn(rows, 6, 1, 3, generator=g)
+        query = torch.randn(rows, 2 * groups, 1, 3, generator=g)
         outs = []
         for cache in (whole, split):
             layer = cache.layers[1]
@@ -94,6 +96,21 @@ def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole
             outs.append(decode_attention(Module(), query, key, value, mask, scaling=0.5)[0])
         torch.testing.assert_close(outs[1], outs[0])
     assert [s.rows.tolist() for s in split.layers[1].shared] == [[[0, 1, 3, 2]], [[0, 1], [3, 2]]]  # 3: the dropped slot
+    with pytest.raises(RuntimeError, match="shared KV runs"):  # a longer query would miss the shared keys
+        decode_attention(Module(), torch.randn(3, 2 * groups, 2, 3), key, value, None, scaling=0.5)
+
+
+def test_shared_runs_only_where_masks_depend_on_padding_alone():
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig, MistralConfig, Qwen3Config
+
+    from harness.decode import _padding_only_masks
+
+    assert _padding_only_masks(SimpleNamespace(config=LlamaConfig()))
+    assert _padding_only_masks(SimpleNamespace(config=Qwen3Config()))  # its window is off by default
+    assert not _padding_only_masks(SimpleNamespace(config=MistralConfig(sliding_window=4096)))
+    assert not _padding_only_masks(SimpleNamespace(config=Qwen3Config(use_sliding_window=True, sliding_window=64, max_window_layers=0)))
 
 
 def torch_cat(runs):
