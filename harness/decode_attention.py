@@ -57,10 +57,7 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, dr
 def _cascade(rows, key, value, mask, scale, shared):
     """Attention of rows [b, kv heads, group, d] over their own keys (masked) and the shared runs."""
     b, hkv, g, d = rows.shape
-    bias = mask  # the log-sum-exp kernel takes an additive mask only
-    if mask is not None and mask.dtype == torch.bool:
-        bias = torch.zeros(mask.shape, dtype=rows.dtype, device=rows.device).masked_fill_(~mask, float("-inf"))
-    out, lse = _WITH_LSE(rows, key, value, 0.0, False, attn_mask=bias, scale=scale)
+    out, lse = _WITH_LSE(rows, key, value, 0.0, False, attn_mask=mask, scale=scale)  # mask: additive (`eager_mask`)
     outs, lses, index = [out], [lse], [torch.arange(b, device=rows.device)]
     padded = torch.cat([rows, rows.new_zeros(1, hkv, g, d)])  # slot b: a finished row's place in a run
     for s in shared:

@@ -78,7 +78,7 @@ def batch_cache(rows: list[list[KV]], new_tokens: int, shared: Sequence[tuple[KV
     groups: dict[int, list[tuple[KV, list[int]]]] = {}
     for run, members in shared:
         groups.setdefault(len(members), []).append((run, members))
-    template = next(iter([run for runs in rows for run in runs] + [run for run, _ in shared]))
+    template = ([run for runs in rows for run in runs] + [run for run, _ in shared])[0]  # shapes and dtype
     cache = DynamicCache()
     cache.layers = []
     for layer, (k0, _) in enumerate(template):

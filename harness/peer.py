@@ -82,7 +82,9 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict
     records = {name: done[0]["records"] for name, done in runs.items()}
     for name, done in runs.items():
         texts = [[r["text"] for r in sorted(run["records"], key=_key)] for run in done]
-        summary[name].update({k: v for k, v in done[0].items() if k != "records"})
+        # counts from the first turn (every turn has the same); times as medians, each run's kept
+        summary[name].update({k: done[0][k] for k in ("samples", "completion_tokens", "prefill_requested",
+                                                       "prefill_computed", "prefill_ratio")})
         summary[name].update({"errors": sum(r["error"] is not None for r in records[name]),
                               "generate_s": median(run["generate_s"] for run in done),
                               "wall_s": median(run["wall_s"] for run in done),
@@ -94,7 +96,6 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict
     differ = sorted(k for k in hf if k not in vllm or vllm[k]["error"] or hf[k]["error"] or vllm[k]["text"] != hf[k]["text"])
     summary.update({"samples": len(hf), "identical": len(hf) - len(differ), "all_identical": not differ,
                     "differing": [list(k) for k in differ],
-                    "vllm_over_hf_generate_s": summary["vllm"]["generate_s"] / summary["hf"]["generate_s"],
                     "hf_over_vllm_generate_s": summary["hf"]["generate_s"] / summary["vllm"]["generate_s"]})
     return summary, records
 

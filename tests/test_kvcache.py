@@ -92,7 +92,7 @@ def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole
             layer = cache.layers[1]
             key, value = layer.update(new_k, new_v)
             lengths = [int(n) for n in (key.abs().sum((1, 3)) > 0).sum(-1)]  # this test's KV is never exactly 0
-            mask = torch.tensor([[False] * (key.shape[2] - n) + [True] * n for n in lengths])[:, None, None, :]
+            mask = torch.tensor([[float("-inf")] * (key.shape[2] - n) + [0.0] * n for n in lengths])[:, None, None, :]  # additive, as eager_mask builds it
             outs.append(decode_attention(Module(), query, key, value, mask, scaling=0.5)[0])
         torch.testing.assert_close(outs[1], outs[0])
     assert [s.rows.tolist() for s in split.layers[1].shared] == [[[0, 1, 3, 2]], [[0, 1], [3, 2]]]  # 3: the dropped slot
