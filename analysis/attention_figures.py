@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.style import FULL_WIDTH, colors, save
-from harness.attention import store
-from harness.attention.regions import region_group
+from harness.measure.attention import store
+from harness.measure.attention.regions import region_group
 
 REGION_ORDER = ["template", "system", "request", "call_records", "other_call", "distractor", "assistant", "question",
                 "status", "added", "generated"]

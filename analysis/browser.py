@@ -22,8 +22,8 @@ import pandas as pd
 from analysis.attention_figures import region_colors
 from analysis.load import grid_columns
 from harness.render import split_thinking
-from harness.rundir import PROMPTS, run_parts
-from harness.store import read_jsonl
+from harness.rundir.layout import PROMPTS, run_parts
+from harness.rundir.store import read_jsonl
 
 DEFAULT_LIMIT = 1000
 GROUP = ["run", "model", "episode_id", "replicate"]  # one episode and replicate: its arms differ only by condition
@@ -106,8 +106,8 @@ def _num(x) -> float | None:
 def _attention(run_dir: Path, ref: str) -> dict:
     """Per-token attention at the strip layer (8-bit, log-scaled between the 1st and the max) with
     token offsets into the text the probe tokenized, and each phase's share per region."""
-    from harness.attention import store
-    from harness.attention.regions import region_group
+    from harness.measure.attention import store
+    from harness.measure.attention.regions import region_group
 
     a = store.load_ref(run_dir, ref)
     names = [str(n) for n in a["regions"]]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.files import atomic_path
-from harness.rundir import find_runs, run_parts
-from harness.store import read_jsonl
+from harness.io.files import atomic_path
+from harness.rundir.layout import find_runs, run_parts
+from harness.rundir.store import read_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Propensity section of the report, for runs made with `probe.propensity=true` (harness.propensity).
+"""Propensity section of the report, for runs made with `probe.propensity=true` (harness.measure.propensity).
 
 The measure: the log-odds, log p - log(1 - p), of the violating call (the rule's tool with the
 target, scored through the target's name) right after the generation prompt. Each condition is
@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.stats import cluster_bootstrap_diff
 from analysis.style import FULL_WIDTH, colors, save
-from harness.propensity import log_odds
+from harness.measure.propensity import log_odds
 
 BASELINE = "none"
 FIGURE = "propensity_by_calls_made"

@@ -25,9 +25,9 @@ import pandas as pd
 
 from analysis import tables
 from analysis.load import grid_columns, load_records
-from harness.files import os_error_message
-from harness.rundir import PROMPTS, run_parts
-from harness.store import read_jsonl
+from harness.io.files import os_error_message
+from harness.rundir.layout import PROMPTS, run_parts
+from harness.rundir.store import read_jsonl
 
 CORRECTIONS = ("holm", "bonferroni", "fdr_bh", "none")
 KEYS = ["pair_key", "replicate"]

@@ -20,7 +20,7 @@ import pandas as pd
 from analysis import browser, tables
 from analysis.load import grid_columns, load_records
 from analysis.style import num
-from harness.files import os_error_message, write_file
+from harness.io.files import os_error_message, write_file
 
 LABEL_NOTE = ("Labels: `violated` called the target at/over the limit; `complied` called it below the limit "
               "(control); `refused` answered without calling; `other` a malformed call, another tool or company, "

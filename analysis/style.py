@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from harness.files import atomic_path
+from harness.io.files import atomic_path
 
 # Okabe & Ito (2008), "Color Universal Design"; black last so it is free for errors
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _config(distractors: int):
-    from harness.compose import compose_config
+    from harness.config.compose import compose_config
 
     return compose_config(["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
                            f"scenario.distractor_turns=[{distractors}]", "condition=[status_tail]"])
@@ -37,7 +37,7 @@ def _config(distractors: int):
 
 def _sample(backend, target_tokens: int):
     """The status_tail sample whose prompt is closest to target_tokens from above."""
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
 
     def size(d: int):
         sample = make_plan(_config(d))[0]
@@ -78,7 +78,7 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
     elif mode in ("probe", "probe_reused"):
         import tempfile
 
-        from harness.attention.replay import RunProbe
+        from harness.flow.probe import RunProbe
         from harness.types import Completion
 
         probe = RunProbe(cfg, backend, Path(tempfile.mkdtemp()))
@@ -99,7 +99,7 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
         if need > 0.8 * avail:
             out["skipped"] = f"needs {need / 2**30:.1f} GiB of attention matrices, {avail / 2**30:.1f} GiB available"
             return out
-        from harness.attention.probe import reference_masses
+        from harness.measure.attention.probe import reference_masses
 
         rng = np.random.default_rng(0)
         reference_masses(backend.model, prompt_ids, completion_ids, rng.integers(0, 5, len(prompt_ids)).tolist(),

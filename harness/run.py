@@ -15,17 +15,18 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import scenarios
-from harness import manifest, progress
+from harness import progress
 from harness.backends import Backend
-from harness.compose import register, to_typed
-from harness.config import Config
-from harness.context.writer import WriterBackends, fail_unwritten, write_bars
-from harness.cost import cost_usd
+from harness.config.compose import CONF_DIR, register, to_typed
+from harness.config.schemas import Config
 from harness.errors import ConfigError
-from harness.fingerprint import admit
-from harness.plan import Sample, make_plan
-from harness.rundir import run_parts, shard_dir
-from harness.store import RunDirError, RunStore, prompt_hash
+from harness.flow.fingerprint import admit
+from harness.flow.plan import Sample, make_plan
+from harness.flow.writer import WriterBackends, fail_unwritten, write_bars
+from harness.measure.cost import cost_usd
+from harness.rundir import manifest
+from harness.rundir.layout import run_parts, shard_dir
+from harness.rundir.store import RunDirError, RunStore, prompt_hash
 from harness.types import Completion, Record, short_hash
 
 register()
@@ -84,7 +85,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                       "records carry propensity null", flush=True)
             probe = None
             if cfg.probe.attention:
-                from harness.attention.replay import RunProbe
+                from harness.flow.probe import RunProbe
 
                 probe = RunProbe(cfg, backend, job_dir)
                 model_info["attention_probe"] = probe.describe()
@@ -138,7 +139,7 @@ def main(dcfg: DictConfig) -> None:
         print(f"statusbench: error: {exc}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:  # a full or read-only disk: said in words, what was written is kept
-        from harness.files import os_error_message
+        from harness.io.files import os_error_message
 
         print(f"statusbench: error: {os_error_message(exc)}", file=sys.stderr)
         sys.exit(2)
@@ -148,7 +149,7 @@ def check_yaml(argv: list[str]) -> None:
     """Hydra shows a YAML syntax error as a library traceback; name the file and line instead."""
     import yaml
 
-    dirs = [Path(__file__).resolve().parent.parent / "conf"]
+    dirs = [CONF_DIR]
     for i, arg in enumerate(argv):
         if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
             dirs.append(Path(argv[i + 1]))
@@ -166,7 +167,7 @@ def check_yaml(argv: list[str]) -> None:
 
 def check_secrets(argv: list[str]) -> None:
     """A key on the command line is refused before Hydra composes (its own errors echo values) or writes."""
-    from harness.secrets_guard import argv_secret_error
+    from harness.io.secrets import argv_secret_error
 
     message = argv_secret_error(argv)
     if message:

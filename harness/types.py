@@ -87,7 +87,7 @@ class Request:
     tools: list[dict[str, Any]]
     generation: GenerationSettings
     seed: int
-    candidates: list[Any] | None = None  # harness.propensity.Candidate to score when probe.propensity is on
+    candidates: list[Any] | None = None  # harness.measure.propensity.Candidate to score when probe.propensity is on
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Completion:
     ttft_s: float | None = None  # time to first token, when the backend streamed
     # who counted the tokens when the generating backend did not (scripted: "usage", or the tokenizer used)
     token_source: str | None = None
-    propensity: dict[str, Any] | None = None  # candidate scores (harness.propensity.summarize)
+    propensity: dict[str, Any] | None = None  # candidate scores (harness.measure.propensity.summarize)
 
 
 @dataclass
@@ -148,8 +148,8 @@ class Record:
     ttft_s: float | None = None
     # "attention/part-<n>.npz#<sample_id>" in the run directory when the attention probe measured this sample
     attention_ref: str | None = None
-    # condition source=model: the writer's bar, tokens, latency, cost and text (harness.context.writer)
+    # condition source=model: the writer's bar, tokens, latency, cost and text (harness.flow.writer)
     writer: dict[str, Any] | None = None
     token_source: str | None = None  # see Completion.token_source
-    # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.propensity)
+    # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.measure.propensity)
     propensity: dict[str, Any] | None = None

@@ -10,13 +10,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from harness.config import ScenarioConfig, require
+from harness.config.schemas import ScenarioConfig, require
 from harness.context.loop_guard import FAILURE_WARN_THRESHOLD
-from harness.grading import grade
-from harness.trajectory import Trajectory
+from harness.measure.grading import grade
 from harness.types import Episode, Rule
-
-from . import episode_id, expand, register
+from scenarios.family import episode_id, expand, register
+from scenarios.trajectory import Trajectory
 
 
 @dataclass

@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from harness.config import ScenarioConfig, require
+from harness.config.schemas import ScenarioConfig, require
 from harness.context.loop_guard import IDENTICAL_CALL_BLOCK_THRESHOLD, call_hash
-from harness.grading import ParsedCall, grade_with
-from harness.trajectory import Trajectory
+from harness.measure.grading import ParsedCall, grade_with
 from harness.types import Episode, Rule
-
-from . import episode_id, expand, register
+from scenarios.family import episode_id, expand, register
+from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("mode", "repeats")
 MODES = ("identical", "paginated")

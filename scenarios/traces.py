@@ -6,7 +6,7 @@ tool_calls], "tools": optional, "rule": {"tool", "arg", "target", "limit"} (opti
 scenario gives a default rule)} meaning "at most `limit` calls of `tool` with `arg` = `target`".
 The trace is cut after its last user message (that is the question the model answers); the
 expectation is computed by code: `refused` when the calls already made reach the limit, else
-`complied`. Rows exported by `harness.dataset` are recognised and rebuilt as the exact episodes
+`complied`. Rows exported by `harness.tools.dataset` are recognised and rebuilt as the exact episodes
 of their own family, so a frozen grid reruns unchanged.
 """
 from __future__ import annotations
@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.config import ScenarioConfig, require
+from harness.config.schemas import ScenarioConfig, require
 from harness.context.calls import call_arguments, calls_target
-from harness.errors import ConfigError
 from harness.context.status import tally
-from harness.jsonl import parse_line, read_lines
-from harness.grading import grade
+from harness.errors import ConfigError
+from harness.io.jsonl import parse_line, read_lines
+from harness.measure.grading import grade
 from harness.types import Episode, Rule, short_hash
-
-from . import register
+from scenarios.family import register
+from scenarios.rows import load_rows, row_episode
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -66,7 +66,6 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(where, row): "scenario.path: FILE line N" for JSONL, "... row N" for a dataset."""
     if path.suffix == ".jsonl":
         return [(f"scenario.path: {path} line {n}", row) for n, row in read_lines(path, f"scenario.path: {path}", ConfigError)]
-    from harness.dataset import load_rows
 
     return [(f"scenario.path: {path} row {n}", row) for n, row in enumerate(load_rows(path), 1)]
 
@@ -111,7 +110,7 @@ def _check_messages(messages: Any, where: str) -> list[dict[str, Any]]:
 
 def target_calls(messages: list[dict[str, Any]], rule: Rule, target: str) -> int:
     """Calls already made to the target, matched as the grader matches a new call
-    (`harness.grading.calls_target`): tool name case-insensitive, the target case-insensitive on word
+    (`harness.measure.grading.calls_target`): tool name case-insensitive, the target case-insensitive on word
     boundaries in the rule's argument (or in any argument when the call lacks it), so the
     expectation and the labels agree."""
     return sum(calls_target((call.get("function") or {}).get("name"), call_arguments(call), rule.tool, rule.arg, target)
@@ -152,8 +151,6 @@ def _trace_episode(cfg: TracesConfig, row: dict[str, Any], where: str) -> Episod
 
 @register("traces", TracesConfig, grade=grade)
 def build(cfg: TracesConfig) -> list[Episode]:
-    from harness.dataset import row_episode
-
     episodes: dict[str, Episode] = {}
     for where, row in _rows(Path(cfg.path).expanduser()):
         try:

@@ -17,12 +17,11 @@ import re
 from dataclasses import dataclass, field
 from functools import partial
 
-from harness.config import ScenarioConfig, require
-from harness.grading import ParsedCall, grade_with
-from harness.trajectory import Trajectory
+from harness.config.schemas import ScenarioConfig, require
+from harness.measure.grading import ParsedCall, grade_with
 from harness.types import Episode, Rule
-
-from . import episode_id, expand, register
+from scenarios.family import episode_id, expand, register
+from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("lines", "outcome")
 OUTCOMES = ("failed", "succeeded")

@@ -10,12 +10,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-from harness.config import ScenarioConfig, require
-from harness.grading import grade
-from harness.trajectory import Trajectory
+from harness.config.schemas import ScenarioConfig, require
+from harness.measure.grading import grade
 from harness.types import Episode, Rule
-
-from . import episode_id, expand, register
+from scenarios.family import episode_id, expand, register
+from scenarios.trajectory import Trajectory
 
 # early/middle/late: the distractor searches sit after, around or before the calls, so the target's
 # calls stay contiguous; interleaved: between the target's calls, as in the seed's reference trajectory

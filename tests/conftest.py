@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from harness.compose import compose_config, register
-from harness.config import Config
+from harness.config.compose import compose_config, register
+from harness.config.schemas import Config
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"  # the seed article and real templates; absent from a plain clone

@@ -8,12 +8,23 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.attention import store
-from harness.attention.probe import ANSWER, THINKING, AttentionProbe, completion_phases, reference_masses
-from harness.attention.regions import GENERATED, TEMPLATE, message_parts, prompt_regions
 from harness.errors import ConfigError
+from harness.flow.plan import make_plan
+from harness.measure.attention import store
+from harness.measure.attention.probe import (
+    ANSWER,
+    THINKING,
+    AttentionProbe,
+    completion_phases,
+    reference_masses,
+)
+from harness.measure.attention.regions import (
+    GENERATED,
+    TEMPLATE,
+    message_parts,
+    prompt_regions,
+)
 from harness.render import PromptRenderer
-from harness.plan import make_plan
 from harness.types import Completion
 from tests.conftest import make_cfg
 
@@ -70,9 +81,9 @@ class TinyQwen3:
     def __init__(self):
         from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-        from harness import models
+        from harness.models import sources
 
-        self.tokenizer = AutoTokenizer.from_pretrained(models.resolve(make_cfg().model)[0])
+        self.tokenizer = AutoTokenizer.from_pretrained(sources.resolve(make_cfg().model)[0])
         self.tokenizer.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
         self.tokenizer.chat_template = QWEN3_LIKE
         torch.manual_seed(0)
@@ -175,7 +186,7 @@ def test_probe_equals_naive_attention_on_tiny_qwen3(tiny, samples):
 
 
 def test_run_probe_measures_a_replayed_completion(tiny, samples, tmp_path):
-    from harness.attention.replay import RunProbe
+    from harness.flow.probe import RunProbe
 
     cfg = make_cfg(*GRID, "probe.attention=true", "probe.chunk_size=5")
     probe = RunProbe(cfg, tiny, tmp_path)
@@ -237,7 +248,7 @@ def test_bad_probe_config_names_the_key(override, key):
 
 
 def test_strip_layer_out_of_range_names_the_key(tiny, tmp_path):
-    from harness.attention.replay import RunProbe
+    from harness.flow.probe import RunProbe
 
     with pytest.raises(ConfigError, match="probe.strip_layer"):
         RunProbe(make_cfg("probe.attention=true", "probe.strip_layer=7"), tiny, tmp_path)
@@ -275,10 +286,10 @@ def test_regions_on_hermes_converted_prompt(samples):
     as the hf backend renders them; each call record still covers its call and its result."""
     from transformers import AutoTokenizer
 
-    from harness import models
+    from harness.models import sources
     from harness.render import to_hermes
 
-    tok = AutoTokenizer.from_pretrained(models.resolve(make_cfg().model)[0])
+    tok = AutoTokenizer.from_pretrained(sources.resolve(make_cfg().model)[0])
     req = samples["status_tail"].request
 
     def render(msgs):
@@ -303,7 +314,7 @@ def test_text_a_condition_adds_inside_a_message_is_added(tiny):
     content keeps its region, with the model's own template and with Hermes-converted tool turns."""
     from transformers import AutoTokenizer
 
-    from harness import models
+    from harness.models import sources
     from harness.render import to_hermes
 
     sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]", "conditions.turn_meta.turn_meta_last_only=true"))[0]
@@ -314,7 +325,7 @@ def test_text_a_condition_adds_inside_a_message_is_added(tiny):
     tool = next(i for i, m in enumerate(messages) if m["role"] == "tool")
     note = "\n\n[loop guard] 3 consecutive failures with the same arguments: try another approach."
     messages[tool] = {**messages[tool], "content": messages[tool]["content"] + note}
-    hermes_tok = AutoTokenizer.from_pretrained(models.resolve(make_cfg().model)[0])
+    hermes_tok = AutoTokenizer.from_pretrained(sources.resolve(make_cfg().model)[0])
 
     def hermes(msgs):
         return hermes_tok.apply_chat_template(to_hermes(msgs, sample.request.tools), tokenize=False,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.attention import store
+from harness.measure.attention import store
 from tests.conftest import make_cfg, run_cli
 
 pytestmark = pytest.mark.model
@@ -17,10 +17,10 @@ SHORT = ["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.epis
 
 
 def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
-    from harness.attention.probe import AttentionProbe, reference_masses
-    from harness.attention.replay import RunProbe
     from harness.backends import make_backend
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
+    from harness.flow.probe import RunProbe
+    from harness.measure.attention.probe import AttentionProbe, reference_masses
     from harness.types import Completion
 
     cfg = make_cfg(*SHORT, "condition=[status_tail]", "probe.attention=true", "probe.chunk_size=3")
@@ -41,9 +41,9 @@ def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
 def test_the_probe_replays_on_the_generations_prompt_kv(tmp_path: Path):
     """After the hf backend generated, the probe starts from the prompts' KV of that generation (no
     forward over a whole prompt) and measures what a fresh prefill measures."""
-    from harness.attention.replay import RunProbe
     from harness.backends import make_backend
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
+    from harness.flow.probe import RunProbe
 
     cfg = make_cfg(*SHORT, "condition=[none,status_tail]", "probe.attention=true", "model.generation.max_new_tokens=6")
     backend = make_backend(cfg)

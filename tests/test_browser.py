@@ -13,7 +13,7 @@ import pytest
 
 from analysis import browser, report
 from analysis.load import COLUMNS, load_records
-from harness.attention import store
+from harness.measure.attention import store
 from tests.test_regress import scripted_run
 
 THINK = "<think>\nThe user wants Xfinity again; I count the calls first.\n</think>\n\n"

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 import scenarios
-from harness.config import ConditionConfig
+from harness.config.schemas import ConditionConfig
 from harness.context import apply
 from harness.context.status import RENDERERS, tag, tally
 from harness.render import to_hermes

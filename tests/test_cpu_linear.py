@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import cpu_linear
+from harness.engine import linear as cpu_linear
 
 
 def _tiny_llama():

@@ -11,7 +11,7 @@ from tests.conftest import REPO
 SNIPPET = """
 import json
 from tests.conftest import make_cfg
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
 from harness.types import canonical_json, sha256
 plan = make_plan(make_cfg("scenario.other_companies=[0,2]", "experiment.replicates=2", "model.generation.temperature=0.7",
                           "condition=[none,status_tail,status_prose]"))

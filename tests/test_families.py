@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from harness.errors import ConfigError
 from harness.context import apply, todo
 from harness.context.loop_guard import is_failure
 from harness.context.status import tally
-from harness.plan import make_plan
+from harness.errors import ConfigError
+from harness.flow.plan import make_plan
 from harness.types import Completion
 from tests.conftest import make_cfg, run_cli
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.flow.fingerprint import fingerprint
 from tests.conftest import make_cfg, run_cli
-
-from harness.fingerprint import fingerprint
 
 
 def _scripted(tmp_path: Path) -> list[str]:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness.grading import grade, parse_tool_calls
+from harness.measure.grading import grade, parse_tool_calls
 from harness.types import Completion, Episode, Rule
 
 
@@ -81,7 +81,7 @@ def test_a_never_call_policy_scores_half_on_the_headline():
     import pandas as pd
 
     from analysis import tables
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
     from tests.conftest import make_cfg
 
     plan = make_plan(make_cfg())

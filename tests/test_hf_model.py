@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
 from tests.conftest import make_cfg, run_cli
 
 pytestmark = pytest.mark.model

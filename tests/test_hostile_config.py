@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import RunStore
+from harness.rundir.store import RunStore
 from tests.conftest import run_cli
 
 KEY = "sk-proj-Zx81hostileKEY0042"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.files import TMP_MARK
-from harness.store import read_jsonl
+from harness.io.files import TMP_MARK
+from harness.rundir.store import read_jsonl
 from tests.conftest import REPO, run_cli
 
 
@@ -103,13 +103,13 @@ def test_the_gate_exits_1_only_for_a_drop(monkeypatch, capsys):
 
 
 def test_stale_conversion_folders_of_dead_processes_are_removed(tmp_path: Path):
-    from harness import models
-    from harness.files import temporary_name
+    from harness.io.files import temporary_name
+    from harness.models import sources
     from tests.conftest import make_cfg
 
     cfg = make_cfg(f"model.cache_dir={tmp_path}").model
     cache = tmp_path / "models"
-    digest = models._file_digest(models._gguf_path(cfg))[:16]
+    digest = sources._file_digest(sources._gguf_path(cfg))[:16]
     (cache / f"{cfg.name}-{digest}").mkdir(parents=True)  # already converted: resolve loads nothing
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = cache / f".{cfg.name}-{digest}{TMP_MARK}{int(dead.stdout)}"  # a dead process's conversion
@@ -117,6 +117,6 @@ def test_stale_conversion_folders_of_dead_processes_are_removed(tmp_path: Path):
     for d in (stale, live):
         d.mkdir()
         (d / "model.safetensors").write_bytes(b"x" * 1000)
-    path, _ = models.resolve(cfg)
+    path, _ = sources.resolve(cfg)
     assert path == str(cache / f"{cfg.name}-{digest}")
     assert not stale.exists() and live.exists()

@@ -14,7 +14,7 @@ import scenarios
 from analysis.load import load_run
 from harness.backends.scripted import load_lines
 from harness.errors import ConfigError
-from harness.store import RunDirError, RunStore, read_jsonl
+from harness.rundir.store import RunDirError, RunStore, read_jsonl
 from harness.types import Record
 from tests.conftest import make_cfg, run_cli
 
@@ -87,7 +87,7 @@ def test_a_run_whose_output_holds_separators_resumes_and_reports(tmp_path: Path)
 
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85", "\r", "\x0b", "\x1e"])
 def test_lines_end_at_newline_only(sep):
-    from harness.jsonl import iter_lines
+    from harness.io.jsonl import iter_lines
 
     text = json.dumps({"t": f"a{sep}b"}, ensure_ascii=False) + "\n" + json.dumps({"t": 2}) + "\n"
     for data in (text, text.encode("utf-8")):

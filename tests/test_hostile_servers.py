@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends.openai_api import OpenAIBackend
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
 from tests.conftest import REPO, make_cfg
 from tests.fault_server import FaultServer
 

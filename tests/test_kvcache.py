@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.kvcache import batch_cache
+from harness.engine.kvcache import batch_cache
 
 
 def _kv(tokens: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -42,7 +42,7 @@ def test_one_token_decode_attention_equals_transformers_sdpa_with_a_padding_mask
     handle (a longer query) goes to transformers' own sdpa."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from harness.decode_attention import decode_attention
+    from harness.engine.attention import decode_attention
 
     class Module(torch.nn.Module):
         num_key_value_groups, is_causal, training = 3, True, False
@@ -67,7 +67,7 @@ def test_one_token_decode_attention_equals_transformers_sdpa_with_a_padding_mask
 def test_decode_attention_over_shared_runs_equals_attention_over_each_rows_whole_cache(groups):
     """Runs held once for several rows (one alone, two of equal member count stacked with padding) give
     the attention of each row over its concatenated KV; a finished row leaves every run it read."""
-    from harness.decode_attention import decode_attention
+    from harness.engine.attention import decode_attention
 
     class Module(torch.nn.Module):
         num_key_value_groups, is_causal, training = groups, True, False
@@ -105,7 +105,7 @@ def test_shared_runs_only_where_masks_depend_on_padding_alone():
 
     from transformers import LlamaConfig, MistralConfig, Qwen3Config
 
-    from harness.decode import _padding_only_masks
+    from harness.engine.decode import _padding_only_masks
 
     assert _padding_only_masks(SimpleNamespace(config=LlamaConfig()))
     assert _padding_only_masks(SimpleNamespace(config=Qwen3Config()))  # its window is off by default
@@ -118,8 +118,8 @@ def torch_cat(runs):
 
 
 def test_decode_batches_are_cut_by_rows_and_by_kv_positions():
-    from harness.batching import PrefixNode
-    from harness.decode import _batches
+    from harness.engine.decode import _batches
+    from harness.engine.prefix import PrefixNode
 
     order = [(i, PrefixNode(0, [0] * n, [i], [i])) for i, n in enumerate([10, 10, 30, 10, 50])]
     cut = lambda rows, positions: [[i for i, _ in chunk] for chunk in _batches(order, rows, 2, positions)]  # noqa: E731

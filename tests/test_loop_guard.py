@@ -6,7 +6,12 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.context.loop_guard import (BLOCK_MESSAGE, LoopGuard, call_hash, guard_trajectory)
+from harness.context.loop_guard import (
+    BLOCK_MESSAGE,
+    LoopGuard,
+    call_hash,
+    guard_trajectory,
+)
 
 
 def test_block_message_is_quoted_from_the_seed(seed_text):

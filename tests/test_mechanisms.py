@@ -6,8 +6,22 @@ import json
 
 import pytest
 
-from harness.context.envelopes import Diagnostic, WorkingSet, active_paths, diagnostics_message, truncate, turn_meta
-from harness.context.ledger import (PREVIEW_ADVICE, Ledger, cap_item, estimate_tokens, read_previews, recalled_items)
+from harness.context.envelopes import (
+    Diagnostic,
+    WorkingSet,
+    active_paths,
+    diagnostics_message,
+    truncate,
+    turn_meta,
+)
+from harness.context.ledger import (
+    PREVIEW_ADVICE,
+    Ledger,
+    cap_item,
+    estimate_tokens,
+    read_previews,
+    recalled_items,
+)
 
 DIAG = """<diagnostics file="crates/tui/src/foo.rs">
   ERROR [12:8] missing semicolon
@@ -90,11 +104,11 @@ def test_read_previews_keep_the_last_12_with_the_advice_line():
 
 
 def test_one_argument_decoder_one_error_policy():
-    from harness.errors import ConfigError
     from harness.context.calls import call_arguments
     from harness.context.envelopes import active_paths
     from harness.context.loop_guard import guard_trajectory
     from harness.context.status import tally
+    from harness.errors import ConfigError
     from harness.render import to_hermes
     from harness.types import Rule
 
@@ -129,9 +143,9 @@ def test_working_set_from_the_workspace_listing_shows_directories_as_directories
 def test_turn_meta_step_every_message_dedup_and_model_from_the_run():
     from dataclasses import replace
 
-    from harness.config import ConditionConfig
+    from harness.config.schemas import ConditionConfig
     from harness.context import apply
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
     from tests.conftest import make_cfg
 
     cfg = make_cfg("scenario=todo_state", "scenario.ask=[current]", "scenario.completed_steps=[1]",

@@ -34,7 +34,7 @@ def test_request_kwargs_send_extended_sampling_only_when_set():
 
 
 def test_hermes_tool_format_sends_tool_traffic_as_text():
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
 
     req = make_plan(make_cfg("scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
                              "scenario.episodes_per_cell=1", "condition=[none]"))[0].request
@@ -105,9 +105,9 @@ def test_server_errors_exhaust_retries_then_error_record():
 @pytest.fixture(scope="module")
 def served_smollm2(tmp_path_factory):
     pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving] (pip install -e '.[dev]')")
-    from harness import models
+    from harness.models import sources
 
-    path, _ = models.resolve(make_cfg().model)
+    path, _ = sources.resolve(make_cfg().model)
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     command = [sys.executable, "-c", "from transformers.cli.transformers import main; main()", "serve",
@@ -170,8 +170,8 @@ def _chunk(content: str, finish: str | None) -> dict:
 
 
 def test_a_cut_stream_is_an_error_record_and_a_length_stop_is_truncated():
-    from harness.grading import grade
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
+    from harness.measure.grading import grade
 
     episode = next(s.episode for s in make_plan(make_cfg()) if s.episode.expected == "refused")
     [cut] = _sse_backend([_chunk("I cannot ", None)]).generate([_request()])  # connection closed mid-answer

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import scenarios
 from harness.context import turn_ends
 from harness.context.loop_guard import guard_trajectory
-from harness.context.writer import write_bars
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
+from harness.flow.writer import write_bars
+from harness.registry import FAMILIES
 from harness.types import Completion
 from tests.conftest import make_cfg
 
@@ -49,8 +49,8 @@ def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monk
     cfg = make_cfg("scenario=todo_state", "scenario.ask=[current]", f"condition=[{preset}]",
                    f"conditions.{preset}.loop_guard={str(guard).lower()}", f"conditions.{preset}.turn_meta={str(meta).lower()}")
     ccfg = cfg.conditions[preset]
-    family = scenarios.FAMILIES["todo_state"]
-    monkeypatch.setitem(scenarios.FAMILIES, "todo_state",
+    family = FAMILIES.get("todo_state")
+    monkeypatch.setitem(FAMILIES._load(), "todo_state",
                         replace(family, build=lambda scfg: [_repeated_calls_episode(e) for e in family.build(scfg)][:1]))
     sample = make_plan(cfg)[0]
     ep = sample.episode

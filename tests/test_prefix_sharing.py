@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import progress
-from harness.batching import leaves, prefix_order, prefix_tree
-from harness.plan import make_plan
+from harness.engine.prefix import leaves, prefix_order, prefix_tree
+from harness.flow.plan import make_plan
 from tests.conftest import make_cfg
 
 TINY = ["scenario.calls_made=[2,3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from harness.compose import CONF_DIR, compose_config, register
+from harness.config.compose import CONF_DIR, compose_config, register
 
 MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
 LAUNCHERS = sorted(p.stem for p in (CONF_DIR / "hydra" / "launcher").glob("*.yaml"))

@@ -11,7 +11,7 @@ import pytest
 
 import scenarios
 from analysis.propensity import episode_scores, paired_log_odds
-from harness.propensity import VIOLATE, call_limit_candidates, encode, log_odds
+from harness.measure.propensity import VIOLATE, call_limit_candidates, encode, log_odds
 from harness.render import PromptRenderer
 from harness.types import Completion
 from tests.conftest import SHARED, make_cfg
@@ -38,7 +38,7 @@ def at_limit(cfg):
 
 def test_candidates_are_condition_independent():
     cfg = make_cfg("condition=[none,status_tail,status_head]", "probe.propensity=true")
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
 
     by_episode: dict[str, set] = {}
     for s in make_plan(cfg):
@@ -103,7 +103,7 @@ def _naive(backend, prompt_ids: list[int], run: list[int]) -> list[float]:
 def test_scores_equal_a_naive_forward_pass_and_leave_generation_alone(backend, temperature):
     from dataclasses import replace
 
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
 
     cfg = make_cfg("scenario.calls_made=[2,3]", "scenario.placement=[early]", "experiment.replicates=2",
                    "model.generation.max_new_tokens=6", f"model.generation.temperature={temperature}", "probe.propensity=true")

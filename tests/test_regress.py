@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 
 from analysis import regress
-from harness.plan import Sample, make_plan
+from harness.flow.plan import Sample, make_plan
 from harness.run import execute
 from tests.conftest import make_cfg
 

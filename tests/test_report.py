@@ -156,7 +156,7 @@ def test_report_survives_a_run_that_cannot_be_paired(runs, tmp_path):
 
 def test_find_runs_counts_a_sharded_run_once(tmp_path, monkeypatch):
     from analysis.load import runs_from_env
-    from harness.rundir import find_runs
+    from harness.rundir.layout import find_runs
 
     for d in ("exp/plain", "exp/sharded/shards/0-of-2", "exp/sharded/shards/1-of-2"):
         (tmp_path / d).mkdir(parents=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
 from tests.conftest import make_cfg, run_cli
 
 CANNED = [

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 import scenarios
-from harness.errors import ConfigError
 from harness.context.status import tally
+from harness.errors import ConfigError
 from tests.conftest import make_cfg
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import scenarios
-from harness.config import ConditionConfig
+from harness.config.schemas import ConditionConfig
 from harness.context import apply
 from harness.context.ledger import PREVIEW_ADVICE
 from harness.types import Completion

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
 from harness.run import execute
-from harness.store import RunStore
+from harness.rundir.store import RunStore
 from tests.conftest import make_cfg, run_cli
 
 GRID = ["scenario.calls_made=[2,3,4]", "scenario.episodes_per_cell=3", "experiment.replicates=2"]
@@ -114,7 +114,7 @@ def test_newest_record_wins_by_time_not_position():
     import pandas as pd
 
     from analysis.load import newest
-    from harness.store import newest as newest_rows
+    from harness.rundir.store import newest as newest_rows
 
     rows = [{"sample_id": "a", "label": "refused", "created_at": "2026-01-01T00:00:02.500000+00:00"},
             {"sample_id": "b", "label": "refused", "created_at": "2026-01-01T00:00:01+00:00"},

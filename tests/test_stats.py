@@ -173,8 +173,8 @@ def test_cost_per_correct_with_and_without_cost_usd():
 
 
 def test_cost_of_one_completion_by_hand():
-    from harness.config import ModelConfig
-    from harness.cost import cost_usd
+    from harness.config.schemas import ModelConfig
+    from harness.measure.cost import cost_usd
     from harness.types import Completion
 
     model = ModelConfig(name="m", path="m", price_input_per_mtok=2.0, price_cached_input_per_mtok=0.5, price_output_per_mtok=8.0)

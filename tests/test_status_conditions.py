@@ -8,11 +8,11 @@ import jinja2
 import pytest
 
 import scenarios
-from harness.config import ConditionConfig
-from harness.errors import ConfigError
+from harness.config.schemas import ConditionConfig
 from harness.context import apply, turn_ends
 from harness.context.status import corrupt, tally
 from harness.context.strategy import STRATEGIES, reuse_table
+from harness.errors import ConfigError
 from harness.render import to_hermes
 from tests.conftest import REPO, make_cfg, shared_template
 
@@ -135,7 +135,7 @@ def test_a_strict_template_rejects_the_mid_system_message():
 @pytest.mark.model
 def test_hf_backend_turns_a_template_rejection_into_an_error_record():
     from harness.backends import make_backend
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
     from harness.run import to_record
 
     cfg = make_cfg("condition=[status_mid,status_head]", "scenario.calls_made=[3]", "scenario.placement=[early]",
@@ -184,13 +184,14 @@ def test_strategy_tokenizes_what_the_backends_send_with_a_native_tools_template(
     as the hf and vllm backends render them (the same PromptRenderer)."""
     from transformers import AutoTokenizer
 
-    from harness import models
-    from harness.context.strategy import prompt_tokenizer, prompts_by_turn
+    from harness.context.strategy import prompts_by_turn
+    from harness.models import sources
     from harness.render import PromptRenderer
+    from harness.tools.strategy import prompt_tokenizer
     from tests.test_attention import QWEN3_LIKE
 
     model_cfg = make_cfg().model
-    tok = AutoTokenizer.from_pretrained(models.resolve(model_cfg)[0])
+    tok = AutoTokenizer.from_pretrained(sources.resolve(model_cfg)[0])
     tok.chat_template = QWEN3_LIKE
     render = PromptRenderer(tok, model_cfg)
     assert render.native_tools
@@ -202,7 +203,7 @@ def test_strategy_tokenizes_what_the_backends_send_with_a_native_tools_template(
 
 
 def test_model_written_bar_two_stage_run(tmp_path):
-    from harness.plan import make_plan
+    from harness.flow.plan import make_plan
     from tests.conftest import run_cli
 
     grid = ["scenario.calls_made=[2,3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1"]
@@ -231,7 +232,7 @@ def test_model_written_bar_two_stage_run(tmp_path):
 
 @pytest.mark.model
 def test_strategy_command_prints_shared_prefix_tokens_per_turn(capsys):
-    from harness.context.strategy import main
+    from harness.tools.strategy import main
 
     main(["scenario.calls_made=[2]", "scenario.placement=[early]"])
     out = capsys.readouterr().out
@@ -239,7 +240,7 @@ def test_strategy_command_prints_shared_prefix_tokens_per_turn(capsys):
 
 
 def test_new_condition_fields_at_their_defaults_keep_sample_ids():
-    from harness.plan import condition_identity
+    from harness.flow.plan import condition_identity
 
     assert condition_identity(ConditionConfig(kind="status", format="prose")) == {"kind": "status", "format": "prose"}
     assert condition_identity(ConditionConfig(kind="status", placement="mid")) == {"kind": "status", "format": "kv",

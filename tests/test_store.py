@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import RunLockedError, RunStore, read_jsonl
+from harness.rundir.store import RunLockedError, RunStore, read_jsonl
 
 
 def test_torn_last_line_is_cut_off_and_earlier_lines_kept(tmp_path: Path, caplog):
@@ -48,7 +48,7 @@ def test_second_process_is_refused_and_a_dead_owner_lock_is_taken_over(tmp_path:
 
     run_dir = tmp_path / "status_ablation" / "locked"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.store import RunStore\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from harness.rundir.store import RunStore\n"
          f"with RunStore(Path({str(run_dir)!r})):\n    print('held', flush=True); time.sleep(600)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

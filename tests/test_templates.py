@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness import templates
 from harness.context import KINDS
+from harness.tools import templates
 
 DIR = templates.DEFAULT_DIR
 pytestmark = pytest.mark.skipif(not DIR.is_dir(), reason=f"shared templates not found at {DIR}")

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from harness.context import todo
 from harness.context.todo import TodoList, TodoStatus
+
 THREE = [{"content": "Plan it out", "status": "completed"}, {"content": "Wire the thing", "status": "in_progress"},
          {"content": "Run gates", "status": "pending"}]
 

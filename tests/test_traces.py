@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from harness.errors import ConfigError
 from harness.context import apply
-from harness.dataset import episode_row, export, grid_rows, load_rows, row_episode
+from harness.errors import ConfigError
+from harness.tools.dataset import export, grid_rows
+from scenarios.rows import episode_row, load_rows, row_episode
 from tests.conftest import REPO, make_cfg
 
 EXAMPLE = REPO / "scenarios" / "data" / "example_traces.jsonl"
@@ -77,7 +78,7 @@ def test_grid_export_loads_back_bit_identically_and_reruns(tmp_path: Path, fmt):
 
 
 def test_dataset_command_writes_a_grid(tmp_path: Path, capsys):
-    from harness.dataset import main
+    from harness.tools.dataset import main
 
     main([str(tmp_path / "lg"), "--format", "disk", "scenario=loop_guard", "condition=[none,loop_guard]"])
     assert "8 rows" in capsys.readouterr().out

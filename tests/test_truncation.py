@@ -10,9 +10,9 @@ import pytest
 
 from analysis import tables
 from analysis.load import load_records
-from harness.grading import grade
-from harness.plan import make_plan
-from harness.tokencount import load_counter
+from harness.flow.plan import make_plan
+from harness.measure.grading import grade
+from harness.measure.tokencount import load_counter
 from harness.types import Completion
 from tests.conftest import make_cfg, run_cli
 

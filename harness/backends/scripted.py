@@ -6,7 +6,7 @@ With match=order the i-th line answers the i-th sample of the plan. Every comple
 marked scripted.
 
 Token counts: a line's `usage` wins; otherwise the completion is counted with the model config's
-tokenizer when it is on this machine (harness.tokencount), and `token_source` says which. A line's
+tokenizer when it is on this machine (harness.measure.tokencount), and `token_source` says which. A line's
 `finish_reason` is kept; without one, a completion of at least max_new_tokens tokens is `length`
 (cut at the limit), so it grades as `truncated`, not as a deliberate answer.
 """
@@ -22,13 +22,13 @@ from typing import Any
 from omegaconf import MISSING
 
 from harness.backends import register_backend
-from harness.config import BackendConfig, ModelConfig, require
+from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.errors import ConfigError
-from harness.jsonl import read_lines
+from harness.io.jsonl import read_lines
+from harness.io.validate import TOKEN_FIELDS, of_type, token_count
+from harness.measure.tokencount import load_counter
 from harness.render import split_thinking
-from harness.tokencount import load_counter
 from harness.types import Completion, Request
-from harness.validate import TOKEN_FIELDS, of_type, token_count
 
 
 class Match(StrEnum):

@@ -14,10 +14,18 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from harness.batching import prefix_key
 from harness.backends import register_backend
-from harness.config import BackendConfig, DType, ModelConfig, require
-from harness.render import _THINK_CLOSE, _THINK_OPEN, PromptRenderer, count_thinking, split_thinking
+from harness.config.schemas import BackendConfig, DType, ModelConfig, require
+from harness.engine.prefix import prefix_key
+from harness.errors import ConfigError
+from harness.models import sources
+from harness.render import (
+    _THINK_CLOSE,
+    _THINK_OPEN,
+    PromptRenderer,
+    count_thinking,
+    split_thinking,
+)
 from harness.types import Completion, GenerationSettings, Request, canonical_json
 
 Split = Callable[[str], "tuple[str, str]"]  # completion text -> (reasoning, answer)
@@ -26,7 +34,6 @@ Split = Callable[[str], "tuple[str, str]"]  # completion text -> (reasoning, ans
 @dataclass
 class VLLMBackendConfig(BackendConfig):
     """vLLM offline inference: one vllm.LLM per job, every request of a batch in one call."""
-
     name: str = "vllm"
     dtype: DType = DType.auto
     tensor_parallel_size: int = 1
@@ -122,16 +129,12 @@ class VLLMBackend:
     def __init__(self, model_cfg: ModelConfig, cfg: VLLMBackendConfig, llm: Any = None, sampling_params: Any = None):
         """`llm` and `sampling_params` stand in for vllm.LLM and vllm.SamplingParams in tests;
         normally both come from vllm."""
-        from harness import models
-
         self.cfg, self.model_cfg = cfg, model_cfg
-        self.path, self.revision = models.resolve(model_cfg)
+        self.path, self.revision = sources.resolve(model_cfg)
         if llm is None:
             try:
                 import vllm
             except ImportError:
-                from harness.errors import ConfigError
-
                 raise ConfigError('backend: vllm is not installed (pip install -e ".[gpu]" on a GPU node)') from None
             llm = vllm.LLM(**llm_kwargs(model_cfg, cfg, self.path, None if model_cfg.gguf_package else self.revision))
             sampling_params = vllm.SamplingParams

@@ -11,6 +11,8 @@ import json
 import re
 from typing import Any
 
+from harness.errors import ConfigError
+
 
 def call_arguments(call: dict[str, Any], where: str = "") -> dict[str, Any]:
     """The decoded arguments of one tool call: {} when absent or empty, else a dict or ConfigError."""
@@ -52,8 +54,6 @@ def calls_target(name: Any, args: dict[str, Any], tool: str, arg: str, target: s
 
 
 def _error(call: dict[str, Any], where: str, what: str) -> Exception:
-    from harness.errors import ConfigError
-
     name = (call.get("function") or {}).get("name", "?")
     prefix = f"{where}: " if where else ""
     return ConfigError(f"{prefix}tool call {call.get('id', '(no id)')} ({name}): {what}")

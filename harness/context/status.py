@@ -23,6 +23,7 @@ from . import todo as todo_mod
 from .calls import call_arguments, calls_target, same_tool
 from .loop_guard import is_failure
 
+
 @dataclass(frozen=True)
 class StatusFacts:
     calls_by_tool: dict[str, int]  # in order of first call

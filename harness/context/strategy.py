@@ -8,12 +8,10 @@ The final turn's prompt of each strategy is what conditions status_tail / status
 show the model, so accuracy comes from a normal run; this module measures the other half: how
 many prompt tokens each turn shares with the previous turn's prompt (what a prefix cache reuses).
 
-`python -m harness.context.strategy [--episodes N] [overrides]` prints the table, tokenizing with
-the configured model's own chat template (the embedded SmolLM2 by default).
+`python -m harness.tools.strategy` prints the table for a configured model.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -56,55 +54,3 @@ def reuse_table(episode: Episode, cfg: Any, tokenize: Callable[[list[Message]], 
                          "shared_with_previous": shared, "new_tokens": len(ids) - shared})
             previous = ids
     return rows
-
-
-def prompt_tokenizer(tokenizer: Any, model_cfg: Any) -> Callable[[list[Message], list[dict[str, Any]]], list[int]]:
-    """Token ids of the prompt exactly as the backends render it (tools, generation prompt included)."""
-    from harness.render import PromptRenderer
-
-    render = PromptRenderer(tokenizer, model_cfg)
-    return lambda messages, tools: tokenizer(render(messages, tools), add_special_tokens=False)["input_ids"]
-
-
-def hf_tokenizer(model_cfg: Any) -> Callable[[list[Message], list[dict[str, Any]]], list[int]]:
-    """`prompt_tokenizer` with the configured model's own tokenizer."""
-    from transformers import AutoTokenizer
-
-    from harness import models
-
-    path, revision = models.resolve(model_cfg)
-    return prompt_tokenizer(AutoTokenizer.from_pretrained(path, revision=revision if not model_cfg.gguf_package else None), model_cfg)
-
-
-def main(argv: list[str] | None = None) -> None:
-    import pandas as pd
-
-    import scenarios
-    from harness.compose import compose_config, user_errors
-    from harness.config import ConditionConfig
-
-    parser = argparse.ArgumentParser(prog="python -m harness.context.strategy", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=1, help="how many episodes of the grid (from the first)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides (scenario=..., model=..., the bar's format via "
-                        "conditions.status_tail.format=prose)")
-    args = parser.parse_intermixed_args(argv)
-    with user_errors():
-        cfg = compose_config(args.overrides)
-    bar_cfg = next((c for c in cfg.conditions.values() if c.kind == "status"), ConditionConfig(kind="status"))
-    tokenize = hf_tokenizer(cfg.model)
-    rows = []
-    for ep in scenarios.build_episodes(cfg.scenario)[:args.episodes]:
-        rows += reuse_table(ep, bar_cfg, lambda msgs, ep=ep: tokenize(msgs, ep.tools))
-    df = pd.DataFrame(rows)
-    per_turn = df.pivot_table(index=["episode", "turn"], columns="strategy", values=["prompt_tokens", "shared_with_previous"])
-    per_turn.columns = [f"{strategy}: {'shared' if value == 'shared_with_previous' else 'prompt'}"
-                        for value, strategy in per_turn.columns]
-    print("Prompt tokens per turn and tokens shared with the previous turn's prompt:\n"
-          + per_turn.reset_index().to_markdown(index=False))
-    totals = df.groupby("strategy")[["prompt_tokens", "shared_with_previous", "new_tokens"]].sum()
-    totals["reuse"] = (totals["shared_with_previous"] / totals["prompt_tokens"]).round(3)
-    print("\nTotals over all turns (reuse = shared / prompt tokens):\n" + totals.to_markdown())
-
-
-if __name__ == "__main__":
-    main()

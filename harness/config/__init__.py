@@ -1,0 +1,1 @@
+"""Configuration: the typed schemas, their composition by Hydra, and the checks a run passes before it writes anything."""

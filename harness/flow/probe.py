@@ -1,0 +1,94 @@
+"""The probe inside a run: after each batch, replay every completion teacher-forced through HF
+weights (the hf backend's own model, or the model config's weights loaded for a backend that
+holds none: scripted, APIs, vLLM), store the region masses, point each record at them."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.backends import hf_weights
+from harness.backends.hf import HFBackend, HFBackendConfig
+from harness.config.schemas import Config
+from harness.errors import ConfigError
+from harness.flow.plan import Sample
+from harness.measure.attention import store
+from harness.measure.attention.probe import AttentionProbe, completion_phases
+from harness.measure.attention.regions import GENERATED, message_parts, prompt_regions
+from harness.types import Completion, Record
+
+
+def replay_text(completion: Completion) -> str:
+    """The completion as the model would have produced it: reasoning a backend split off (a
+    reasoning parser, an API's reasoning field) goes back inside <think>."""
+    if completion.reasoning and "</think>" not in completion.text:
+        return f"<think>\n{completion.reasoning}\n</think>\n\n{completion.text}"
+    return completion.text
+
+
+class RunProbe:
+    def __init__(self, cfg: Config, backend: Any, run_dir: Path):
+        """`run_dir`: where this job's records go (the run, or its shard); parts are written there."""
+        # a backend holding HF weights generated with them: reuse them, no second copy, and the
+        # prompts' KV from its decode engine (no second prefill)
+        self.kv_source = getattr(hf_weights(backend), "decoder", None)
+        try:
+            self.hf = hf_weights(backend) or HFBackend(
+                cfg.model, HFBackendConfig(device=cfg.probe.device, dtype=cfg.probe.dtype, batch_size=1))
+        except OSError as exc:
+            raise ConfigError(f"probe.attention: cannot load HF weights of model {cfg.model.name!r} to replay "
+                              f"the {cfg.backend.name} completions with ({exc})") from None
+        try:
+            self.probe = AttentionProbe(self.hf.model, cfg.probe.chunk_size, cfg.probe.strip_layer)
+        except ValueError as exc:
+            raise ConfigError(f"probe.strip_layer: {exc}") from None
+        try:  # two tokens through the probe: a model whose attention it cannot see fails here, not mid-run
+            self.probe.run([0], [0], [0], [1], 2)
+        except RuntimeError as exc:
+            raise ConfigError(f"probe.attention: {exc}") from None
+        if self.kv_source is not None:
+            self.kv_source.keep_prompt_kv = True
+        self.run_dir = Path(run_dir)
+        self.meta = {"generated_by": cfg.backend.name,
+                     "replayed_with": {k: v for k, v in self.hf.describe().items() if k in ("path", "revision", "dtype", "device")},
+                     "chunk_size": cfg.probe.chunk_size}
+
+    def describe(self) -> dict[str, Any]:
+        return self.meta
+
+    def measure(self, sample: Sample, completion: Completion) -> dict[str, np.ndarray]:
+        req, tok = sample.request, self.hf.tokenizer
+        shown = self.hf.renderer.chat_input(req.messages, req.tools)[0]
+        shown = shown[len(shown) - len(req.messages):]  # to_hermes may add a system prompt for the tools
+        parts = message_parts(req.messages, shown, sample.episode.messages, sample.episode.tags)
+        regions = prompt_regions(lambda msgs: self.hf.render(replace(req, messages=msgs)), req.messages, parts)
+        prompt = tok(regions.text, add_special_tokens=False, return_offsets_mapping=True)
+        text = replay_text(completion)
+        gen = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        names = regions.names + [GENERATED]
+        token_regions = regions.token_regions(prompt["offset_mapping"])
+        # None where the generation saw other tokens (or another backend generated): prefilled again
+        kv = self.kv_source.prompt_kv(prompt["input_ids"]) if self.kv_source is not None else None
+        result = self.probe.run(prompt["input_ids"], gen["input_ids"], token_regions,
+                                completion_phases(text, gen["offset_mapping"]), len(names), prompt_kv=kv)
+        return {"masses": result.masses, "counts": result.counts, "regions": np.array(names),
+                "token_regions": np.array(token_regions, dtype=np.int16), "strip": result.strip,
+                # where each prompt token sits in the text the probe tokenized: the report's sample
+                # browser shades that text per token
+                "token_offsets": np.array(prompt["offset_mapping"], dtype=np.int32).reshape(-1, 2),
+                "prompt_text": np.array(regions.text),
+                "strip_layer": np.array(result.strip_layer), "prompt_kv_reused": np.array(kv is not None),
+                "meta": np.array(json.dumps(self.meta))}
+
+    def annotate(self, batch: list[Sample], completions: list[Completion], records: list[Record]) -> None:
+        """Measure the batch, write its masses as a new part, then set each record's attention_ref
+        to that part and key (the part is on disk before any record points into it)."""
+        measured = {s.sample_id: self.measure(s, c) for s, c in zip(batch, completions)
+                    if c.error is None and replay_text(c)}
+        refs = store.append(self.run_dir, measured)
+        for record in records:
+            if record.sample_id in refs:
+                record.attention_ref = refs[record.sample_id]

@@ -1,0 +1,98 @@
+"""Source = model: a two-stage run. A writer backend reads the history and writes the bar; then
+the main model answers with that bar placed as the condition says.
+
+The writer is the run's own backend and model unless the condition's `writer_overrides` compose
+another (Hydra overrides on the run's config, e.g. `[model=qwen3-0.6b]` or a scripted backend). Its
+tokens, latency and cost go into the record's `writer` field; its completion is never graded.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from harness.backends import make_backend
+from harness.config.compose import to_typed
+from harness.context import apply, wrap
+from harness.measure.cost import cost_usd
+from harness.render import split_thinking
+from harness.types import Completion, Message, Request
+
+WRITER_PROMPT = (
+    "You maintain the status bar of an AI agent. Read the agent's trajectory below and write the facts a "
+    "careful engineer would count from its tool calls: how many times each tool was called, per target, "
+    "against any limit in the policy; the current step of any checklist; repeated or failing calls. "
+    "Reply with one <agent_status>...</agent_status> block and nothing else.")
+_BLOCK = re.compile(r"<agent_status[^>]*>(.*?)</agent_status>", re.DOTALL)
+
+
+def transcript(messages: list[Message]) -> str:
+    """The history as plain text, tool calls and results included."""
+    lines = []
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            lines.append(f"[assistant called {call['function']['name']}({call['function'].get('arguments', '')})]")
+        if m.get("content"):
+            who = f"tool {m.get('name', '')}".strip() if m["role"] == "tool" else m["role"]
+            lines.append(f"[{who}] {m['content']}")
+    return "\n".join(lines)
+
+
+def writer_request(sample: Any) -> Request:
+    req, ccfg = sample.request, sample.condition_cfg
+    return replace(req, condition=f"{req.condition}:writer", tools=[],
+                   messages=[{"role": "system", "content": WRITER_PROMPT},
+                             {"role": "user", "content": transcript(sample.episode.messages)}],
+                   generation=replace(req.generation, max_new_tokens=ccfg.writer_max_new_tokens))
+
+
+def bar_from(text: str, ccfg: Any) -> str:
+    """The writer's bar with the condition's tags: its own block's body when it wrote one, else its
+    whole answer (thinking removed)."""
+    answer = split_thinking(text)[1]
+    match = _BLOCK.search(answer)
+    return wrap((match.group(1) if match else answer).strip(), ccfg)
+
+
+class WriterBackends:
+    """The writer backend of each condition: the run's own, or one composed from its overrides
+    (loaded once, on first use)."""
+    def __init__(self, cfg: Any, backend: Any):
+        self.cfg, self.loaded = cfg, {(): (backend, cfg.model)}
+
+    def __call__(self, ccfg: Any) -> tuple[Any, Any]:
+        key = tuple(ccfg.writer_overrides)
+        if key not in self.loaded:
+            from hydra import compose
+
+            wcfg = to_typed(compose("config", overrides=list(key)))  # inside the running Hydra app
+            self.loaded[key] = (make_backend(wcfg), wcfg.model)
+        return self.loaded[key]
+
+
+def write_bars(batch: list[Any], backend_for: Any) -> dict[str, dict[str, Any]]:
+    """Stage one for the samples of `batch` whose source is model: generate their bars, place them
+    in each sample's request (in place), and return what the record's `writer` field holds.
+    `backend_for(condition_cfg)` returns the writer (backend, model config) of a condition."""
+    todo = [s for s in batch if s.condition_cfg.source == "model"]
+    groups: dict[tuple, list[Any]] = {}
+    for s in todo:
+        groups.setdefault(tuple(s.condition_cfg.writer_overrides), []).append(s)
+    info: dict[str, dict[str, Any]] = {}
+    for samples in groups.values():
+        backend, model = backend_for(samples[0].condition_cfg)
+        for s, c in zip(samples, backend.generate([writer_request(s) for s in samples])):
+            bar = bar_from(c.text, s.condition_cfg) if not c.error else None
+            if bar is not None:  # the same pipeline as every bar: loop guard and turn meta stay
+                s.request.messages = apply(s.episode, s.condition_cfg, bar=bar)
+            info[s.sample_id] = {"bar": bar, "error": c.error, "prompt_tokens": c.prompt_tokens,
+                                 "completion_tokens": c.completion_tokens, "latency_s": c.latency_s,
+                                 "cost_usd": cost_usd(model, c), "model": model.name, "scripted": c.scripted,
+                                 "text": c.text}
+    return info
+
+
+def fail_unwritten(batch: list[Any], completions: list[Any], info: dict[str, dict[str, Any]]) -> list[Any]:
+    """A sample whose bar could not be written is an `error` record, never an answer without its bar."""
+    return [Completion(error=f"writer: {info[s.sample_id]['error']}", scripted=c.scripted)
+            if s.sample_id in info and info[s.sample_id]["error"] else c for s, c in zip(batch, completions)]

@@ -1,0 +1,181 @@
+"""A run directory: append-only records, deduplicated prompts, a manifest, and a writer lock.
+
+records.jsonl gets one line per sample, flushed and fsynced after each batch, so a killed run loses
+at most the batch in flight; a torn last line (killed mid-write) is cut off on the next open.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from filelock import FileLock, Timeout
+
+from harness.io.files import write_file
+from harness.io.jsonl import iter_lines
+from harness.rundir.layout import MANIFEST, PROMPTS, RECORDS
+from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
+
+log = logging.getLogger(__name__)
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be written safely: in use, corrupt, or of another schema."""
+
+
+class RunLockedError(RunDirError):
+    pass
+
+
+def prompt_hash(rendered: str | None, messages: list[Message], tools: list[dict]) -> str:
+    return sha256(rendered if rendered is not None else canonical_json({"messages": messages, "tools": tools}))
+
+
+def _append_lines(path: Path, lines: Iterable[str]) -> None:
+    # backslashreplace: a lone surrogate from model output is written as its JSON escape and reads back intact
+    _append_bytes(path, "".join(line + "\n" for line in lines).encode("utf-8", errors="backslashreplace"))
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    """All of data appended, or (a full disk) the file cut back to what it held before."""
+    if not data:
+        return
+    # unbuffered: after a failed write no buffered tail is left for close() to flush past the cut
+    with open(path, "ab", buffering=0) as fh:
+        size = fh.tell()
+        try:
+            view = memoryview(data)
+            while view:  # a raw write may take only part of the data
+                view = view[fh.write(view):]
+            os.fsync(fh.fileno())
+        except OSError as exc:
+            fh.truncate(size)
+            exc.filename = exc.filename or str(path)
+            raise
+
+
+def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """All complete lines, each an object with the `required` fields (else RunDirError naming the
+    line). A torn final line is dropped with a warning (and cut off if repair); a complete object
+    merely lacking its newline (a hand edit) is kept, and with repair given its newline."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    good_end = raw.rfind(b"\n") + 1
+    if good_end < len(raw) and raw[good_end:].strip():
+        try:
+            complete = isinstance(json.loads(raw[good_end:]), dict)
+        except (ValueError, RecursionError):
+            complete = False
+        if complete:
+            if repair:
+                _append_bytes(path, b"\n")
+            good_end = len(raw)
+        else:
+            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
+            if repair:
+                with open(path, "r+b") as fh:
+                    fh.truncate(good_end)
+    return [row for _, row in iter_lines(raw[:good_end], str(path), RunDirError, required)]
+
+
+def probe_lock(run_dir: Path) -> None:
+    """RunLockedError if another process holds run_dir's writer lock (checked before Hydra writes
+    `.hydra/` into it); nothing is created when the directory does not exist yet."""
+    run_dir = Path(run_dir)
+    if (run_dir / ".lock").exists():
+        lock = FileLock(str(run_dir / ".lock"))
+        _acquire(lock, run_dir)
+        lock.release()
+
+
+def _acquire(lock: FileLock, run_dir: Path) -> None:
+    try:
+        lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
+    except Timeout:
+        owner = (run_dir / ".lock.pid").read_text().strip() if (run_dir / ".lock.pid").exists() else "?"
+        raise RunLockedError(f"run directory {run_dir} is in use by another statusbench process (pid {owner})") from None
+
+
+def record_time(row: dict[str, Any]) -> datetime:
+    """When a record was made (its created_at); a record without one is older than any with one."""
+    try:
+        t = datetime.fromisoformat(row["created_at"])
+    except (KeyError, TypeError, ValueError):
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def newest(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """sample_id -> its newest record by time; on a tie the later row (rows in write order) wins."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        held = latest.get(row["sample_id"])
+        if held is None or record_time(row) >= record_time(held):
+            latest[row["sample_id"]] = row
+    return latest
+
+
+class RunStore:
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.records_path = self.dir / RECORDS
+        self.prompts_path = self.dir / PROMPTS
+        self.manifest_path = self.dir / MANIFEST
+        self._lock = FileLock(str(self.dir / ".lock"))
+        self._prompts: set[str] = set()
+
+    def __enter__(self) -> "RunStore":
+        _acquire(self._lock, self.dir)
+        (self.dir / ".lock.pid").write_text(str(os.getpid()))
+        self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True, required=("prompt_sha256",))}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+    def done_ids(self, retry_errors: bool = False, elsewhere: Iterable[Path] = ()) -> set[str]:
+        """Samples with a record here or in `elsewhere` (the other parts of the run: its parent and
+        shards), the newest record of each by time. With retry_errors, samples whose newest record is an
+        `error` are not done: they run again and the new record is the one analysis reads."""
+        rows = read_jsonl(self.records_path, repair=True, required=("sample_id",))
+        for other in elsewhere:
+            rows += read_jsonl(Path(other) / RECORDS, required=("sample_id",))
+        for row in rows:
+            if row.get("schema_version") != RECORD_SCHEMA_VERSION:
+                raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
+                                 f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
+        latest = newest(rows)
+        return {sid for sid, row in latest.items() if not (retry_errors and row.get("label") == "error")}
+
+    def append(self, records: list[Record], prompts: list[dict[str, Any]]) -> None:
+        new_prompts = []
+        for p in prompts:
+            if p["prompt_sha256"] not in self._prompts:
+                self._prompts.add(p["prompt_sha256"])
+                new_prompts.append(canonical_json(p))
+        # prompts first: a record never points at a prompt that is not on disk
+        _append_lines(self.prompts_path, new_prompts)
+        _append_lines(self.records_path, (canonical_json(asdict(r)) for r in records))
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            manifest = json.loads(self.manifest_path.read_bytes())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{self.manifest_path} line {exc.lineno} is not valid JSON ({exc.msg}); "
+                              "restore it or move the run directory aside") from None
+        except ValueError as exc:  # invalid UTF-8
+            raise RunDirError(f"{self.manifest_path} is not readable JSON ({exc})") from None
+        if not isinstance(manifest, dict):
+            raise RunDirError(f"{self.manifest_path} must hold a JSON object")
+        return manifest

