@@ -93,7 +93,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
                       dynamic_ncols=True) as bar:
                 for start in range(0, len(pending), cfg.run.batch_size):
                     batch = pending[start:start + cfg.run.batch_size]
-                    written = write_bars(batch, writers)  # stage one of source=model conditions; {} for others
+                    batch, written = write_bars(batch, writers)  # stage one of source=model conditions; {} for others
                     with progress.reporting(bar.update, len(batch)):  # the bar moves per finished sample
                         completions = fail_unwritten(batch, backend.generate([s.request for s in batch]), written)
                     if len(completions) != len(batch):

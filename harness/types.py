@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.errors import require
+
 Message = dict[str, Any]  # OpenAI chat format: role, content, tool_calls, tool_call_id, name
 
 RECORD_SCHEMA_VERSION = 1
@@ -63,13 +65,20 @@ class Episode:
 
 @dataclass
 class GenerationSettings:
-    """Provider-neutral decoding settings; temperature 0 means greedy."""
+    """Provider-neutral decoding settings (the schema of `model.generation`); temperature 0 means greedy."""
 
-    max_new_tokens: int
-    temperature: float = 0.0
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
-    top_k: int = 0
+    top_k: int = 0  # 0 = off
     min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.max_new_tokens >= 1, "model.generation.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        require(self.temperature >= 0, "model.generation.temperature", f"must be >= 0, got {self.temperature}")
+        require(0 < self.top_p <= 1, "model.generation.top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.top_k >= 0, "model.generation.top_k", f"must be >= 0, got {self.top_k}")
+        require(0 <= self.min_p < 1, "model.generation.min_p", f"must be in [0, 1), got {self.min_p}")
 
     @property
     def greedy(self) -> bool:
@@ -88,6 +97,8 @@ class Request:
     generation: GenerationSettings
     seed: int
     candidates: list[Any] | None = None  # harness.measure.propensity.Candidate to score when probe.propensity is on
+    # per message: the episode message it shows and the regions mechanisms marked in it (harness.context.transcript)
+    annotations: list[dict[str, Any]] | None = None
 
 
 @dataclass

@@ -5,7 +5,7 @@ a value outside an enumeration fails at composition with the key's name, and `to
 `__post_init__` check before anything heavy is loaded. Checks that look at the machine (files,
 installed packages, environment variables) are `check_machine` methods, run by `harness.config.compose`
 after composition. Backend configs live beside their backend (harness/backends/), scenario configs
-beside their family (scenarios/).
+beside their family (scenarios/), a condition's mechanism configs beside their steps (harness/context/).
 """
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from typing import Any, ClassVar, Optional
 
 from omegaconf import MISSING
 
-from harness.context import (
-    KINDS,  # the projection registry; harness.context imports no schema back
-)
+from harness.context import ConditionConfig
 from harness.errors import ConfigError, require
+from harness.types import GenerationSettings
 
 __all__ = ["ConfigError", "require"]  # re-exported: every schema check raises it
 
@@ -45,61 +44,6 @@ class DType(StrEnum):
     auto = "auto"
 
 
-class BarFormat(StrEnum):
-    kv = "kv"  # key-value lines with the constraint check
-    prose = "prose"  # the seed's one-line sentence
-
-
-class Placement(StrEnum):
-    tail = "tail"  # a user message at the end
-    head = "head"  # merged into the system prompt
-    mid = "mid"  # a system message just before the last user turn
-
-
-class Wrapper(StrEnum):
-    none = "none"
-    system_reminder = "system_reminder"
-
-
-class BarSource(StrEnum):
-    code = "code"  # ground truth counted from the trajectory
-    corrupted = "corrupted"  # corrupt_fraction of the facts off by one
-    none = "none"  # no bar
-    model = "model"  # two-stage: a writer model writes it (harness.flow.writer)
-
-
-class History(StrEnum):
-    full = "full"
-    bar_only = "bar_only"  # raw call records dropped
-    compacted = "compacted"  # summary + recent turns
-
-
-class Truncation(StrEnum):
-    silent = "silent"  # cut with nothing said
-    envelope = "envelope"  # cut with the seed's (Original: N chars, omitted: M chars.)
-
-
-class Update(StrEnum):
-    replace = "replace"  # only the latest bar
-    append = "append"  # every turn's bar stays
-
-
-@dataclass
-class GenerationConfig:
-    max_new_tokens: int = 256
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = off
-    min_p: float = 0.0
-
-    def __post_init__(self) -> None:
-        require(self.max_new_tokens >= 1, "model.generation.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
-        require(self.temperature >= 0, "model.generation.temperature", f"must be >= 0, got {self.temperature}")
-        require(0 < self.top_p <= 1, "model.generation.top_p", f"must be in (0, 1], got {self.top_p}")
-        require(self.top_k >= 0, "model.generation.top_k", f"must be >= 0, got {self.top_k}")
-        require(0 <= self.min_p < 1, "model.generation.min_p", f"must be in [0, 1), got {self.min_p}")
-
-
 @dataclass
 class ModelConfig:
     name: str = MISSING
@@ -114,7 +58,7 @@ class ModelConfig:
     thinking: bool = False
     tool_format: ToolFormat = ToolFormat.auto
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
     # vLLM reasoning parser for the family (qwen3, deepseek_r1, openai_gptoss); null: split <think> in the text
     reasoning_parser: Optional[str] = None
     # USD per million tokens; null = unknown, and records then carry cost_usd null
@@ -167,52 +111,6 @@ class BackendConfig:
         """Checks of files, packages or environment variables the backend needs (after composition)."""
     def preflight(self) -> None:
         """Reading and checking the user's files a run will use, before it writes anything."""
-
-
-@dataclass
-class ConditionConfig:
-    kind: str = "none"  # a projection of harness.context.KINDS: none | status | todo_compaction | todo_cycle | ledger
-    format: BarFormat = BarFormat.kv
-    # mid: strict templates reject a mid-conversation system message -> `error` record
-    placement: Placement = Placement.tail
-    wrapper: Wrapper = Wrapper.none
-    internal: bool = False  # visibility="internal" on the <agent_status> tag
-    source: BarSource = BarSource.code
-    writer_overrides: list[str] = field(default_factory=list)  # Hydra overrides for the writer; [] = the run's own
-    writer_max_new_tokens: int = 96
-    corrupt_fraction: float = 0.25
-    history: History = History.full
-    side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
-    turn_meta: bool = False  # prepend <turn_meta> to every user message (the seed's "every new user message")
-    turn_meta_last_only: bool = False  # ... to the last user message only
-    # the model and thinking tier <turn_meta> names: the run fills them from model.* (harness.flow.plan.with_model)
-    meta_model: str = "auto"
-    meta_thinking: str = "auto"
-    loop_guard: bool = False  # replay tool results through the loop guard (block / warn / halt)
-    diagnostics: bool = False  # an edit's errors flushed as a <diagnostics> user message, not left in its raw result
-    truncation: Optional[Truncation] = None  # cut tool results over truncate_chars: silent | envelope
-    truncate_chars: int = 1500
-    ledger_budget_tokens: int = 6000  # kind=ledger: the reinjection budget the dry-run checks against
-    date: str = "2026-01-15"  # the <turn_meta> date (fixed: prompts stay reproducible)
-    # across a multi-turn trajectory; tool-result reflow only is kind=none
-    update: Update = Update.replace
-
-    def __post_init__(self) -> None:
-        import datetime as dt
-
-        require(self.kind in KINDS, "condition.kind", f"unknown condition {self.kind!r}; known: {sorted(KINDS)}")
-        require(self.update == "replace" or (self.placement == "tail" and self.history == "full"), "condition.update",
-                "append needs placement=tail and history=full (each turn's bar stays where it was appended)")
-        require(self.source != "model" or self.update == "replace", "condition.source",
-                "model-written bars are written once, for the last turn: use update=replace")
-        require(self.writer_max_new_tokens >= 1, "condition.writer_max_new_tokens", f"must be >= 1, got {self.writer_max_new_tokens}")
-        require(self.truncate_chars >= 1, "condition.truncate_chars", f"must be >= 1, got {self.truncate_chars}")
-        require(self.ledger_budget_tokens >= 1, "condition.ledger_budget_tokens", f"must be >= 1, got {self.ledger_budget_tokens}")
-        require(0 < self.corrupt_fraction <= 1, "condition.corrupt_fraction", f"must be in (0, 1], got {self.corrupt_fraction}")
-        try:
-            dt.date.fromisoformat(self.date)
-        except ValueError:
-            raise ConfigError(f"condition.date: must be YYYY-MM-DD, got {self.date!r}") from None
 
 
 @dataclass

@@ -9,9 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.types import Message, canonical_json
+from harness.errors import require
+from harness.types import Episode, Message, canonical_json
 
 from .calls import call_arguments
+from .history import Bridge, History, project, summary
+
+REGION = "ledger"
 
 MAX_RECALLED_ITEMS = 5
 MAX_ITEM_LINES = 30
@@ -29,6 +33,17 @@ def estimate_tokens(messages: list[Message]) -> int:
 def already_sent(sent: list[str], text: str) -> bool:
     """Byte-level dedup: `text` is identical to something already in the transcript."""
     return any(s == text for s in sent)
+
+
+@dataclass
+class LedgerConfig:
+    """Recalled items and the last file reads' previews reinjected after compaction (`history:
+    compacted`), each admitted by the ledger: byte dedup, then a dry-run against the token budget."""
+
+    budget_tokens: int = 6000
+
+    def __post_init__(self) -> None:
+        require(self.budget_tokens >= 1, "condition.ledger.budget_tokens", f"must be >= 1, got {self.budget_tokens}")
 
 
 @dataclass
@@ -67,7 +82,6 @@ def read_previews(reads: list[tuple[str, str]]) -> str:
     return "## Recent file reads\n\n" + "\n\n".join(blocks) + f"\n\n{PREVIEW_ADVICE}"
 
 
-
 def file_reads(messages: list[Message], tool: str = "read_file") -> list[tuple[str, str]]:
     """(path, result) of every read_file call whose result is in `messages`, in order."""
     paths = {c.get("id"): call_arguments(c).get("path") for m in messages for c in m.get("tool_calls") or []
@@ -88,3 +102,13 @@ def reinjections(messages: list[Message], recalled: list[str]) -> list[Message]:
     reads = file_reads(messages)
     return ([reminder("## Recalled items\n\n" + "\n".join(f"- {t}" for t in items))] if items else []) + (
         [reminder(read_previews(reads))] if reads else [])
+
+
+def bridge(episode: Episode, cfg: LedgerConfig) -> Bridge:
+    """The summary, then each reinjection candidate the ledger admits against the transcript as it
+    would stand with it (a candidate that fails the dedup or the budget is skipped)."""
+    ledger, out = Ledger(cfg.budget_tokens), summary(episode)
+    for candidate in reinjections(episode.messages, episode.facts.get("recall", [])):
+        if ledger.admit(project(episode, History.compacted, out).messages, candidate) == "ok":
+            out.append((candidate, REGION))
+    return out

@@ -10,9 +10,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.types import Message, canonical_json, sha256
+from harness.errors import require
+from harness.types import Episode, canonical_json, sha256
 
 from .calls import call_arguments
+from .transcript import Transcript
+
+REGION = "loop_guard"
 
 IDENTICAL_CALL_BLOCK_THRESHOLD = 3
 FAILURE_WARN_THRESHOLD = 3
@@ -39,7 +43,22 @@ def is_failure(result: str) -> bool:
 
 
 @dataclass
+class LoopGuardConfig:
+    """The seed's thresholds: the third identical call in a turn is blocked, 3 failures in a row warn, 8 halt."""
+
+    block_at: int = IDENTICAL_CALL_BLOCK_THRESHOLD
+    warn_at: int = FAILURE_WARN_THRESHOLD
+    halt_at: int = FAILURE_HALT_THRESHOLD
+
+    def __post_init__(self) -> None:
+        require(self.block_at >= 2, "condition.loop_guard.block_at", f"must be >= 2, got {self.block_at}")
+        require(1 <= self.warn_at <= self.halt_at, "condition.loop_guard.warn_at",
+                f"must be >= 1 and <= halt_at ({self.halt_at}), got {self.warn_at}")
+
+
+@dataclass
 class LoopGuard:
+    cfg: LoopGuardConfig = field(default_factory=LoopGuardConfig)
     seen: Counter = field(default_factory=Counter)
     failures: int = 0
 
@@ -49,7 +68,7 @@ class LoopGuard:
     def check(self, tool: str, arguments: Any) -> str | None:
         """Before executing a call: the block message, or None when the call may run."""
         key = call_hash(tool, arguments)
-        if self.seen[key] >= IDENTICAL_CALL_BLOCK_THRESHOLD - 1:
+        if self.seen[key] >= self.cfg.block_at - 1:
             return BLOCK_MESSAGE.format(tool=tool, count=self.seen[key])
         self.seen[key] += 1
         return None
@@ -57,19 +76,18 @@ class LoopGuard:
     def record(self, failed: bool) -> str | None:
         """After a call ran: the warn or halt message the streak has reached, or None."""
         self.failures = self.failures + 1 if failed else 0
-        if self.failures >= FAILURE_HALT_THRESHOLD:
+        if self.failures >= self.cfg.halt_at:
             return HALT_MESSAGE.format(count=self.failures)
-        if self.failures >= FAILURE_WARN_THRESHOLD:
+        if self.failures >= self.cfg.warn_at:
             return WARN_MESSAGE.format(count=self.failures)
         return None
 
 
-def guard_trajectory(messages: list[Message]) -> list[Message]:
-    """Replay a trajectory through the guard: a blocked call's result becomes the block message,
-    a failing result gets the warn/halt line appended. A user message starts a new turn."""
-    guard, out, verdicts = LoopGuard(), [], {}
-    for m in messages:
-        m = dict(m)
+def step(episode: Episode, t: Transcript, cfg: LoopGuardConfig) -> None:
+    """Replay the trajectory's tool results through the guard: a blocked call's result becomes the
+    block message, a failing result gets the warn/halt line appended. A user message starts a new turn."""
+    guard, verdicts = LoopGuard(cfg), {}
+    for i, m in enumerate(t.messages):
         if m["role"] == "user":
             guard.new_turn()
         for call in m.get("tool_calls") or []:
@@ -77,10 +95,8 @@ def guard_trajectory(messages: list[Message]) -> list[Message]:
         if m["role"] == "tool" and m.get("tool_call_id") in verdicts:
             blocked = verdicts.pop(m["tool_call_id"])
             if blocked is not None:
-                m["content"] = blocked
+                t.replace(i, blocked, REGION)
             else:
                 note = guard.record(is_failure(m.get("content") or ""))
                 if note:
-                    m["content"] = f"{m.get('content') or ''}\n\n{note}"
-        out.append(m)
-    return out
+                    t.extend(i, note, REGION)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from harness.types import Message, Rule, canonical_json
 
@@ -178,10 +179,17 @@ def render_kv(f: StatusFacts, kinds: tuple[str, ...] = ("calls",)) -> str:
 RENDERERS = {"prose": render_prose, "kv": render_kv}
 
 
-def tag(body: str, fmt: str, internal: bool = False, reminder: bool = False) -> str:
+class Wrapper(Enum):
+    """What the `<agent_status>` tag is wrapped in: the member's value with `{bar}` for the tag. A new
+    wrapper is one member here and one condition preset (the analysis finds the bar by its marks)."""
+
+    none = "{bar}"
+    system_reminder = "<system-reminder>\n{bar}\n</system-reminder>"
+
+
+def tag(body: str, fmt: str, internal: bool = False, wrapper: Wrapper = Wrapper.none) -> str:
     """`<agent_status>` around the body (kv on its own lines, prose inline), optionally with
-    `visibility="internal"` and inside a `<system-reminder>`."""
+    `visibility="internal"`, in the wrapper."""
     open_tag = '<agent_status visibility="internal">' if internal else "<agent_status>"
     text = f"{open_tag}\n{body}\n</agent_status>" if fmt == "kv" else f"{open_tag}{body}</agent_status>"
-    return f"<system-reminder>\n{text}\n</system-reminder>" if reminder else text
-
+    return wrapper.value.replace("{bar}", text)

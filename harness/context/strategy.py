@@ -17,21 +17,17 @@ from typing import Any, Callable
 
 from harness.types import Episode, Message
 
-from . import apply, turn_ends
+from .bar import Placement, StatusBarConfig, Update, turn_ends
+from .pipeline import ConditionConfig, apply
 
 STRATEGIES = ("replace", "append", "reflow")
 
 
-def prompts_by_turn(episode: Episode, strategy: str, cfg: Any) -> list[list[Message]]:
-    """One prompt per turn end; `cfg` is a ConditionConfig whose bar settings (format, tags) apply."""
-    prompts = []
-    for end in turn_ends(episode.messages):
-        prefix = replace(episode, messages=episode.messages[:end])
-        if strategy == "reflow":
-            prompts.append(apply(prefix, replace(cfg, kind="none")))
-        else:
-            prompts.append(apply(prefix, replace(cfg, kind="status", placement="tail", history="full", update=strategy)))
-    return prompts
+def prompts_by_turn(episode: Episode, strategy: str, bar: StatusBarConfig) -> list[list[Message]]:
+    """One prompt per turn end; `bar`'s settings (format, tags) apply to the bars shown."""
+    shown = ConditionConfig() if strategy == "reflow" else \
+        ConditionConfig(status=replace(bar, placement=Placement.tail, update=Update(strategy)))
+    return [apply(replace(episode, messages=episode.messages[:end]), shown) for end in turn_ends(episode.messages)]
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
@@ -43,11 +39,11 @@ def shared_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def reuse_table(episode: Episode, cfg: Any, tokenize: Callable[[list[Message]], list[int]]) -> list[dict[str, Any]]:
+def reuse_table(episode: Episode, bar: StatusBarConfig, tokenize: Callable[[list[Message]], list[int]]) -> list[dict[str, Any]]:
     rows = []
     for strategy in STRATEGIES:
         previous: list[int] = []
-        for turn, prompt in enumerate(prompts_by_turn(episode, strategy, cfg), 1):
+        for turn, prompt in enumerate(prompts_by_turn(episode, strategy, bar), 1):
             ids = tokenize(prompt)
             shared = shared_prefix(previous, ids)
             rows.append({"episode": episode.id, "strategy": strategy, "turn": turn, "prompt_tokens": len(ids),

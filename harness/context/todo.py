@@ -11,12 +11,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
-from harness.types import Message
+from harness.types import Episode, Message
 
 from .calls import call_arguments
+from .history import SUMMARY, Bridge
+
+REMINDER = "todo_reminder"  # the compaction reinjection
+CYCLE = "cycle_state"  # the cycle seed and its ack
+
+
+class Reinject(StrEnum):
+    compaction = "compaction"  # the summary, then the <system-reminder> with the active todos
+    cycle = "cycle"  # a new cycle: the [CYCLE STATE] seed and its synthetic ack instead of the summary
+
+
+@dataclass
+class TodoConfig:
+    """The TODO rebuilt where a compacted history (`history: compacted`) lost it."""
+
+    reinject: Reinject = Reinject.compaction
 
 
 class TodoStatus(str, Enum):
@@ -167,3 +183,11 @@ def cycle_seed(todos: TodoList, workspace: str, mode: str = "AGENT") -> list[Mes
         f"Checklist ({todos.completion_pct}% complete)",
     ] + [f"- {i.status.marker} {i.content}" for i in todos.items]
     return [{"role": "user", "content": "\n".join(body)}, {"role": "assistant", "content": CYCLE_ACK}]
+
+
+def bridge(episode: Episode, cfg: TodoConfig) -> Bridge:
+    """What stands where compaction removed the turns that kept the list."""
+    todos = replay(episode.messages)
+    if cfg.reinject == Reinject.cycle:
+        return [(m, CYCLE) for m in cycle_seed(todos, episode.workspace)]
+    return [({"role": "user", "content": episode.compaction_summary}, SUMMARY), (compaction_reminder(todos), REMINDER)]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.schemas import Config
-from harness.flow.plan import condition_identity
 from harness.rundir.layout import MANIFEST, SHARDS_DIR
 from harness.rundir.store import RunDirError
 from harness.types import canonical_json
@@ -30,7 +29,7 @@ def fingerprint(cfg: Config) -> dict[str, Any]:
     """Flat {dotted key: value}, JSON-comparable."""
     nested = {
         "scenario": asdict(cfg.scenario),
-        "conditions": {name: condition_identity(c) for name, c in cfg.conditions.items()},
+        "conditions": {name: c.identity() for name, c in cfg.conditions.items()},
         "model": cfg.model.identity(),
         "generation": asdict(cfg.model.generation),
         "backend": cfg.backend.identity(),

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import scenarios
 from harness.config.schemas import ConditionConfig, Config, ModelConfig
-from harness.context import apply
-from harness.types import Episode, GenerationSettings, Request, short_hash
+from harness.context import view
+from harness.types import Episode, Request, short_hash
 
 
 @dataclass
@@ -22,21 +21,14 @@ class Sample:
         return self.request.sample_id
 
 
-def condition_identity(ccfg: ConditionConfig) -> dict[str, Any]:
-    """kind, format and every field set away from its default: a condition field added later, at
-    its default, keeps the sample ids of runs made before it (they resume instead of rerunning)."""
-    default = asdict(ConditionConfig())
-    return {k: v for k, v in asdict(ccfg).items() if k in ("kind", "format") or v != default[k]}
-
-
 def with_model(ccfg: ConditionConfig, model: ModelConfig) -> ConditionConfig:
     """The run's model and thinking tier for `<turn_meta>` (the reasoning effort where the template
     takes one, else thinking on/off). Set only where the block is shown: other conditions keep
     their sample ids."""
-    if not ccfg.turn_meta:
+    if ccfg.turn_meta is None:
         return ccfg
     tier = model.chat_template_kwargs.get("reasoning_effort") or ("on" if model.thinking else "off")
-    return replace(ccfg, meta_model=model.name, meta_thinking=str(tier))
+    return replace(ccfg, turn_meta=replace(ccfg.turn_meta, model=model.name, thinking=str(tier)))
 
 
 def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
@@ -47,21 +39,21 @@ def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
 def make_plan(cfg: Config) -> list[Sample]:
     episodes = scenarios.build_episodes(cfg.scenario)
     cfg.check_plan_size(len(episodes))
-    gen = GenerationSettings(**asdict(cfg.model.generation))
+    gen = cfg.model.generation
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": asdict(gen)}
     samples: list[Sample] = []
     for episode in episodes:
         candidates = scenarios.candidates(episode) if cfg.probe.propensity else None
         for name, ccfg in cfg.conditions.items():
             ccfg = with_model(ccfg, cfg.model)
-            messages = apply(episode, ccfg)
+            shown = view(episode, ccfg)
             for replicate in range(cfg.experiment.replicates):
                 seed = sample_seed(cfg.experiment.seed, episode.id, replicate)
-                sid = short_hash({"episode": episode.id, "condition": {"name": name, **condition_identity(ccfg)},
+                sid = short_hash({"episode": episode.id, "condition": {"name": name, **ccfg.identity()},
                                   "replicate": replicate, "seed": seed, **identity})
                 request = Request(sample_id=sid, episode_id=episode.id, condition=name, replicate=replicate,
-                                  index=len(samples), messages=messages, tools=episode.tools, generation=gen, seed=seed,
-                                  candidates=candidates)
+                                  index=len(samples), messages=shown.messages, tools=episode.tools, generation=gen, seed=seed,
+                                  candidates=candidates, annotations=shown.annotations())
                 samples.append(Sample(episode, name, ccfg, request))
     shard = cfg.run.shard_spec
     # filtered after numbering: `index` stays the position in the whole plan

@@ -17,7 +17,12 @@ from harness.errors import ConfigError
 from harness.flow.plan import Sample
 from harness.measure.attention import store
 from harness.measure.attention.probe import AttentionProbe, completion_phases
-from harness.measure.attention.regions import GENERATED, message_parts, prompt_regions
+from harness.measure.attention.regions import (
+    GENERATED,
+    episode_region_names,
+    message_parts,
+    prompt_regions,
+)
 from harness.types import Completion, Record
 
 
@@ -63,7 +68,8 @@ class RunProbe:
         req, tok = sample.request, self.hf.tokenizer
         shown = self.hf.renderer.chat_input(req.messages, req.tools)[0]
         shown = shown[len(shown) - len(req.messages):]  # to_hermes may add a system prompt for the tools
-        parts = message_parts(req.messages, shown, sample.episode.messages, sample.episode.tags)
+        parts = message_parts(req.messages, shown, req.annotations,
+                              episode_region_names(sample.episode.messages, sample.episode.tags))
         regions = prompt_regions(lambda msgs: self.hf.render(replace(req, messages=msgs)), req.messages, parts)
         prompt = tok(regions.text, add_special_tokens=False, return_offsets_mapping=True)
         text = replay_text(completion)

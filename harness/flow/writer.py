@@ -13,7 +13,8 @@ from typing import Any
 
 from harness.backends import make_backend
 from harness.config.compose import to_typed
-from harness.context import apply, wrap
+from harness.context import view
+from harness.context.bar import BarSource, wrap
 from harness.measure.cost import cost_usd
 from harness.render import split_thinking
 from harness.types import Completion, Message, Request
@@ -39,7 +40,7 @@ def transcript(messages: list[Message]) -> str:
 
 
 def writer_request(sample: Any) -> Request:
-    req, ccfg = sample.request, sample.condition_cfg
+    req, ccfg = sample.request, sample.condition_cfg.status
     return replace(req, condition=f"{req.condition}:writer", tools=[],
                    messages=[{"role": "system", "content": WRITER_PROMPT},
                              {"role": "user", "content": transcript(sample.episode.messages)}],
@@ -57,11 +58,12 @@ def bar_from(text: str, ccfg: Any) -> str:
 class WriterBackends:
     """The writer backend of each condition: the run's own, or one composed from its overrides
     (loaded once, on first use)."""
+
     def __init__(self, cfg: Any, backend: Any):
         self.cfg, self.loaded = cfg, {(): (backend, cfg.model)}
 
     def __call__(self, ccfg: Any) -> tuple[Any, Any]:
-        key = tuple(ccfg.writer_overrides)
+        key = tuple(ccfg.status.writer_overrides)
         if key not in self.loaded:
             from hydra import compose
 
@@ -70,26 +72,30 @@ class WriterBackends:
         return self.loaded[key]
 
 
-def write_bars(batch: list[Any], backend_for: Any) -> dict[str, dict[str, Any]]:
-    """Stage one for the samples of `batch` whose source is model: generate their bars, place them
-    in each sample's request (in place), and return what the record's `writer` field holds.
+def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """The stage before generation, for the samples of `batch` whose bar a model writes: generate
+    their bars and return the batch with each such sample's request showing its bar (new samples;
+    the others as they were), and what each record's `writer` field holds.
     `backend_for(condition_cfg)` returns the writer (backend, model config) of a condition."""
-    todo = [s for s in batch if s.condition_cfg.source == "model"]
+    todo = [s for s in batch if s.condition_cfg.status and s.condition_cfg.status.source == BarSource.model]
     groups: dict[tuple, list[Any]] = {}
     for s in todo:
-        groups.setdefault(tuple(s.condition_cfg.writer_overrides), []).append(s)
+        groups.setdefault(tuple(s.condition_cfg.status.writer_overrides), []).append(s)
     info: dict[str, dict[str, Any]] = {}
+    placed: dict[str, Any] = {}
     for samples in groups.values():
         backend, model = backend_for(samples[0].condition_cfg)
         for s, c in zip(samples, backend.generate([writer_request(s) for s in samples])):
-            bar = bar_from(c.text, s.condition_cfg) if not c.error else None
+            bar = bar_from(c.text, s.condition_cfg.status) if not c.error else None
             if bar is not None:  # the same pipeline as every bar: loop guard and turn meta stay
-                s.request.messages = apply(s.episode, s.condition_cfg, bar=bar)
+                shown = view(s.episode, s.condition_cfg, bar)
+                placed[s.sample_id] = replace(s, request=replace(s.request, messages=shown.messages,
+                                                                 annotations=shown.annotations()))
             info[s.sample_id] = {"bar": bar, "error": c.error, "prompt_tokens": c.prompt_tokens,
                                  "completion_tokens": c.completion_tokens, "latency_s": c.latency_s,
                                  "cost_usd": cost_usd(model, c), "model": model.name, "scripted": c.scripted,
                                  "text": c.text}
-    return info
+    return [placed.get(s.sample_id, s) for s in batch], info
 
 
 def fail_unwritten(batch: list[Any], completions: list[Any], info: dict[str, dict[str, Any]]) -> list[Any]:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import scenarios
 from harness.config.compose import compose_config, user_errors
-from harness.config.schemas import ConditionConfig
+from harness.context.bar import StatusBarConfig
 from harness.context.strategy import reuse_table
 from harness.models import sources
 from harness.render import PromptRenderer
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_intermixed_args(argv)
     with user_errors():
         cfg = compose_config(args.overrides)
-    bar_cfg = next((c for c in cfg.conditions.values() if c.kind == "status"), ConditionConfig(kind="status"))
+    bar_cfg = next((c.status for c in cfg.conditions.values() if c.status), StatusBarConfig())
     tokenize = hf_tokenizer(cfg.model)
     rows = []
     for ep in scenarios.build_episodes(cfg.scenario)[:args.episodes]:

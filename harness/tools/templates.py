@@ -23,7 +23,8 @@ from typing import Any
 import scenarios
 from harness.config.compose import CONF_DIR, compose_config
 from harness.config.schemas import ConditionConfig
-from harness.context import KINDS, apply
+from harness.context import apply
+from harness.context.bar import StatusBarConfig
 from harness.registry import FAMILIES
 from harness.render import chat_input, native_tools, to_hermes
 from harness.types import Episode, Message
@@ -48,7 +49,7 @@ def sample_episodes() -> dict[str, Episode]:
 
 def _status(episode: Episode) -> str:
     """The status text exactly as the status_tail condition sends it (its added last message)."""
-    return apply(episode, ConditionConfig(kind="status"))[-1]["content"]
+    return apply(episode, ConditionConfig(status=StatusBarConfig()))[-1]["content"]
 
 
 def probes(episode: Episode) -> dict[str, tuple[list[Message], list[dict[str, Any]] | None, str | None]]:
@@ -68,11 +69,12 @@ def condition_inputs(episodes: dict[str, Episode]) -> dict[str, tuple[Episode, l
     condition applies to (e.g. a compaction condition needs a family with a compaction point), or
     why it applies to none."""
     out: dict[str, tuple[Episode, list[Message]] | str] = {}
-    for name in KINDS:
+    for name in sorted(p.stem for p in (CONF_DIR / "condition").glob("*.yaml")):
+        condition = compose_config([f"condition=[{name}]"], check_machine=False).conditions[name]
         reasons = []
         for episode in episodes.values():
             try:
-                out[name] = (episode, apply(episode, ConditionConfig(kind=name)))
+                out[name] = (episode, apply(episode, condition))
                 break
             except ValueError as exc:  # ConfigError: not a template finding, so not reported as one
                 reasons.append(f"{episode.family}: {exc}")

@@ -5,9 +5,10 @@ cut after message k and closed by a sentinel user turn renders identically to th
 message k's own turn, so the longest common prefix marks message k's start. The sentinel keeps the
 template's "is this the last message" logic (Qwen3 adds `<think></think>` to a final assistant
 turn) from changing how earlier turns render. Within each message's stretch, the region is the
-message's content as the template sees it (Hermes-converted when the template has no tools), text
-a condition added to it being `added` or `status`; turn markers, role headers, the generation prompt
-and any template preamble are `template`.
+message's content as the template sees it (Hermes-converted when the template has no tools): the
+episode message it shows, or what the condition's marks say a mechanism wrote there (`status` for
+the bar, `turn_meta`, `loop_guard`, `envelope`, ...); turn markers, role headers, the generation
+prompt and any template preamble are `template`.
 """
 from __future__ import annotations
 
@@ -19,12 +20,10 @@ from typing import Callable, Sequence
 from harness.types import Message
 
 TEMPLATE = "template"  # scaffolding: turn markers, role headers, generation prompt, preamble
-STATUS = "status"  # an <agent_status> block a condition added (its own message or merged into one)
-ADDED = "added"  # text a condition added that is not a status bar: a message of its own or inside one
+ADDED = "added"  # text a condition added that no mechanism marked
 GENERATED = "generated"  # keys of the completion itself (only in the probe's masses)
 _SENTINEL: Message = {"role": "user", "content": "\x00"}
 _CALL_RECORD = re.compile(r"call_record_\d+")
-_STATUS_BAR = re.compile(r"<agent_status\b.*?</agent_status>", re.DOTALL)
 
 
 def region_group(name: str) -> str:
@@ -48,67 +47,46 @@ def episode_region_names(episode_messages: Sequence[Message], tags: Sequence[str
     return names
 
 
-def message_parts(messages: Sequence[Message], shown: Sequence[Message], episode_messages: Sequence[Message],
-                  tags: Sequence[str]) -> list[list[tuple[str, str]]]:
+def message_parts(messages: Sequence[Message], shown: Sequence[Message], annotations: Sequence[dict],
+                  names: Sequence[str]) -> list[list[tuple[str, str]]]:
     """For each message the model sees: (text, region) pieces of its content as shown, in order.
-    A message equal to one of the episode's takes that message's region. One a condition added or
-    changed is split (_changed_message): an `<agent_status>` block is the status bar, an episode
-    message's content inside it keeps that message's region, and every other character of its
-    content (a `<turn_meta>` block before the question, a note after a tool result, the separators
-    between them) is `added`."""
-    names = episode_region_names(episode_messages, tags)
-    known = [(_payload(m).strip(), n) for m, n in zip(episode_messages, names) if len(_payload(m).strip()) >= 8]
+    `annotations` (the condition's, harness.context.transcript) give each message the episode
+    message it shows (its region is that message's name, `names[origin]`) and the regions a
+    mechanism marked in its content (the bar, a reminder, an envelope, `<turn_meta>`...); text of
+    a message no mechanism marked and no episode message explains is `added`. What the shown form
+    wraps around the content (Hermes' `<tool_response>`, the tools prompt after a system message)
+    goes to the message's own region."""
     parts = []
-    for m, s in zip(messages, shown):
-        text = _payload(s)
-        if m in episode_messages:
-            parts.append([(text.strip(), names[list(episode_messages).index(m)])])
-        else:
-            parts.append(_changed_message(text, _payload(m), known))
+    for m, s, a in zip(messages, shown, annotations):
+        own = names[a["origin"]] if a.get("origin") is not None else None
+        parts.append(_pieces(_payload(s), _payload(m), [tuple(x) for x in a.get("marks", [])], own))
     return parts
 
 
-def _changed_message(text: str, raw: str, known: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Pieces covering text (the content as shown) from its first to its last non-space character.
-    raw is the content as the condition wrote it; what the shown form wraps around it (Hermes'
-    `<tool_response>`, the tools prompt after a system message) goes, as for an unchanged message,
-    to the region of the episode message it came from."""
+def _pieces(text: str, raw: str, marks: list[tuple[int, int, str]], own: str | None) -> list[tuple[str, str]]:
+    """Pieces covering text (the content as shown) from its first to its last non-space character;
+    raw is the content as the condition wrote it, with its marks."""
     body = raw.strip()
     at = text.find(body) if body else -1
-    if at < 0:  # the shown form rewrote the content itself: classify what is shown
-        body = text.strip()
-        at = text.find(body)
-    end = at + len(body)
-    origin = max((k for k in known if k[0] in body), key=lambda k: len(k[0]), default=None)
-    bars = [(at + b.start(), at + b.end()) for b in _STATUS_BAR.finditer(body)]
-    spans: list[tuple[int, int, str]] = []
-    if origin:  # the original content, preferably where no bar covers it; a bar inside it is its own
-        starts = _occurrences(text, origin[0], at, end)
-        start = next((i for i in starts if not any(a < i + len(origin[0]) and i < b for a, b in bars)), starts[0])
-        spans.append((start, start + len(origin[0]), origin[1]))
-    spans += [(a, b, STATUS) for a, b in bars if not any(a < y and x < b for x, y, _ in spans)]
-    spans.sort()
-    pieces, cursor = [], at
-    for a, b, name in spans:
+    if at < 0:  # the shown form rewrote the content itself (a natively rendered call): one piece
+        whole = own or (marks[0][2] if marks else ADDED)
+        return [(text.strip(), whole)] if text.strip() else []
+    shift = at - (len(raw) - len(raw.lstrip()))  # offsets of raw in text
+    base = own or ADDED
+    pieces, cursor, end = [], at, at + len(body)
+    for start, stop, region in sorted(marks):
+        a, b = max(start + shift, at), min(stop + shift, end)
+        if b <= a:
+            continue
         if a > cursor:
-            pieces.append((text[cursor:a], ADDED))
-        pieces.append((text[a:b], name))
+            pieces.append((text[cursor:a], base))
+        pieces.append((text[a:b], region))
         cursor = b
     if cursor < end:
-        pieces.append((text[cursor:end], ADDED))
-    outer = origin[1] if origin else ADDED
+        pieces.append((text[cursor:end], base))
+    outer = own or (pieces[0][1] if pieces else ADDED)
     head, tail = text[:at].lstrip(), text[end:].rstrip()
-    # an empty list would leave the turn to `template`: a message with no plain content (a natively
-    # rendered tool call) gets its whole turn as `added` instead
-    return ([(head, outer)] if head else []) + pieces + ([(tail, outer)] if tail else []) or [(text.strip(), ADDED)]
-
-
-def _occurrences(text: str, sub: str, lo: int, hi: int) -> list[int]:
-    found, i = [], text.find(sub, lo, hi)
-    while i >= 0:
-        found.append(i)
-        i = text.find(sub, i + 1, hi)
-    return found
+    return ([(head, outer)] if head else []) + pieces + ([(tail, outer)] if tail else [])
 
 
 def _lcp(a: str, b: str) -> int:

@@ -1,18 +1,40 @@
-"""Small engine-side envelopes from the seed: `<turn_meta>`, `<diagnostics>`, the truncation note.
+"""`<turn_meta>`: the first block of every new user message (the seed's working_set.rs:717-738).
 
-Quoted by the seed and kept byte for byte: the `## Repo Working Set` lines and the advice line
-(working_set.rs:717-738), the diagnostics block (lsp_diagnostics.rs:1-15) and the truncation
-envelope (engine/context.rs:330-338). The `<turn_meta>` header lines (date, model, thinking tier)
-are not quoted; ours are `Date: YYYY-MM-DD` and `Model: NAME (thinking: TIER)`.
+Quoted by the seed and kept byte for byte: the `## Repo Working Set` lines and the advice line. The
+header lines (date, model, thinking tier) are not quoted; ours are `Date: YYYY-MM-DD` and
+`Model: NAME (thinking: TIER)`. A block byte-identical to one already sent is left out: the
+day-granular date is what makes blocks of one day comparable.
 """
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
-from harness.types import Message
+from harness.errors import ConfigError, require
+from harness.types import Episode, Message
 
 from .calls import call_arguments
+from .ledger import already_sent
+from .transcript import Transcript
+
+REGION = "turn_meta"
+
+
+@dataclass
+class TurnMetaConfig:
+    last_only: bool = False  # the block opens the last user message only
+    date: str = "2026-01-15"  # fixed: prompts stay reproducible
+    # the model and thinking tier the block names; the run fills them from model.* (harness.flow.plan.with_model)
+    model: str = "auto"
+    thinking: str = "auto"
+
+    def __post_init__(self) -> None:
+        try:
+            dt.date.fromisoformat(self.date)
+        except ValueError:
+            raise ConfigError(f"condition.turn_meta.date: must be YYYY-MM-DD, got {self.date!r}") from None
+        require(bool(self.model), "condition.turn_meta.model", "must not be empty")
+
 
 WORKING_SET_ADVICE = "When in doubt, use tools to verify and keep changes focused on the working set."
 PATH_KEYS = ("path", "file", "file_path", "filename")
@@ -78,39 +100,15 @@ def turn_meta(date: dt.date | dt.datetime, model: str, thinking: str, working_se
             f"{working_set.render()}\n</turn_meta>")
 
 
-@dataclass(frozen=True)
-class Diagnostic:
-    line: int
-    col: int
-    message: str
-    severity: str = "ERROR"
-
-
-def diagnostics_message(by_file: dict[str, list[Diagnostic]]) -> Message | None:
-    """Every file's accumulated diagnostics flushed as one user message; None when there are none
-    (a missing LSP must never block the agent, so absence is silent)."""
-    blocks = [f'<diagnostics file="{path}">\n'
-              + "".join(f"  {d.severity} [{d.line}:{d.col}] {d.message}\n" for d in diags) + "</diagnostics>"
-              for path, diags in by_file.items() if diags]
-    return {"role": "user", "content": "\n".join(blocks)} if blocks else None
-
-
-def flush_diagnostics(messages: list[Message], spec: dict) -> list[Message]:
-    """The edit's tool result as an editor with a language server returns it (`spec["result"]`,
-    the build output left to the LSP), and its diagnostics flushed as one user message after that
-    turn's tool results. `spec`: {"call_id", "result", "by_file": {path: [[line, col, message, severity]]}}."""
-    i = next(k for k, m in enumerate(messages) if m["role"] == "tool" and m.get("tool_call_id") == spec["call_id"])
-    out = list(messages)
-    out[i] = {**out[i], "content": spec["result"]}
-    end = next((k for k in range(i, len(out)) if out[k]["role"] != "tool"), len(out))
-    flushed = diagnostics_message({path: [Diagnostic(*d) for d in diags] for path, diags in spec["by_file"].items()})
-    return out[:end] + ([flushed] if flushed else []) + out[end:]
-
-
-def truncate(text: str, max_chars: int, envelope: bool = True) -> str:
-    """Keep the head of an over-long tool result and say how much went (envelope=False: cut
-    silently, the control the envelope is measured against)."""
-    if len(text) <= max_chars:
-        return text
-    note = f"\n(Original: {len(text)} chars, omitted: {len(text) - max_chars} chars.)" if envelope else ""
-    return text[:max_chars] + note
+def step(episode: Episode, t: Transcript, cfg: TurnMetaConfig) -> None:
+    """`<turn_meta>` opens every user message (`last_only`: the last), with the working set as of
+    that message (the calls shown before it)."""
+    users = [i for i, m in enumerate(t.messages) if m["role"] == "user"]
+    sent: list[str] = []
+    for i in users[-1:] if cfg.last_only else users:
+        ws = working_set(episode.workspace, episode.workspace_files, t.messages[:i])
+        meta = turn_meta(dt.date.fromisoformat(cfg.date), cfg.model, cfg.thinking, ws)
+        if already_sent(sent, meta):
+            continue
+        sent.append(meta)
+        t.prepend(i, meta, REGION)

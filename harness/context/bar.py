@@ -1,0 +1,153 @@
+"""The status bar as a mechanism: where its facts come from, where it is placed, how it is updated
+across turns, and the step that puts it into what the model sees (the last step of every condition,
+so a bar never starts a guard turn and never receives `<turn_meta>`).
+
+Facts always come from the full trajectory so far (the engine's state), whatever the model is shown
+of it; `source: model` takes its text from a writer model at run time (harness.flow.writer), placed
+by this same step.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Callable
+
+from harness.errors import require
+from harness.registry import Registry
+from harness.types import Episode, Message
+
+from .status import RENDERERS, StatusFacts, Wrapper, corrupt, tag, tally
+from .transcript import Transcript
+
+REGION = "status"
+
+
+class BarFormat(StrEnum):
+    kv = "kv"  # key-value lines with the constraint check
+    prose = "prose"  # the seed's one-line sentence
+
+
+class Placement(StrEnum):
+    tail = "tail"  # a user message at the end
+    head = "head"  # merged into the system prompt
+    mid = "mid"  # a system message just before the last user turn
+
+
+class BarSource(StrEnum):
+    code = "code"  # ground truth counted from the trajectory
+    corrupted = "corrupted"  # corrupt_fraction of the facts off by one
+    model = "model"  # two-stage: a writer model writes it (harness.flow.writer)
+
+
+class Update(StrEnum):
+    replace = "replace"  # only the latest bar (removed and appended anew every turn)
+    append = "append"  # every turn's bar stays where it was appended
+
+
+@dataclass
+class StatusBarConfig:
+    format: BarFormat = BarFormat.kv
+    # mid: a template may reject a mid-conversation system message -> `error` record
+    placement: Placement = Placement.tail
+    wrapper: Wrapper = Wrapper.none
+    internal: bool = False  # visibility="internal" on the <agent_status> tag
+    source: BarSource = BarSource.code
+    corrupt_fraction: float = 0.25  # source=corrupted
+    side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
+    update: Update = Update.replace
+    writer_overrides: list[str] = field(default_factory=list)  # source=model: Hydra overrides for the writer; [] = the run's own
+    writer_max_new_tokens: int = 96
+
+    def __post_init__(self) -> None:
+        require(self.update == Update.replace or self.placement == Placement.tail, "condition.status.update",
+                "append needs placement=tail (each turn's bar stays where it was appended)")
+        require(self.source != BarSource.model or self.update == Update.replace, "condition.status.source",
+                "model-written bars are written once, for the last turn: use update=replace")
+        require(self.writer_max_new_tokens >= 1, "condition.status.writer_max_new_tokens",
+                f"must be >= 1, got {self.writer_max_new_tokens}")
+        require(0 < self.corrupt_fraction <= 1, "condition.status.corrupt_fraction",
+                f"must be in (0, 1], got {self.corrupt_fraction}")
+
+
+def volatile_signals(episode: Episode) -> dict[str, str]:
+    """Side-channel signals the seed keeps out of the model's context: a minute timestamp, the
+    last call's duration, a retry count. Seeded by the episode id so prompts are reproducible."""
+    rng = random.Random(f"volatile:{episode.id}")
+    return {"time": f"{rng.randrange(24):02d}:{rng.randrange(60):02d} UTC",
+            "last call duration": f"{rng.uniform(0.4, 60):.1f} s", "retries": str(rng.randrange(4))}
+
+
+FactSource = Callable[[Episode, StatusBarConfig, list[Message]], StatusFacts]
+# source -> the facts a bar shows; a source not here supplies none (model: the writer's text)
+FACT_SOURCES: Registry[FactSource] = Registry("bar fact source")
+
+
+@FACT_SOURCES.register(BarSource.code)
+def code_facts(episode: Episode, cfg: StatusBarConfig, messages: list[Message]) -> StatusFacts:
+    return tally(messages, episode.rule, episode.target)
+
+
+@FACT_SOURCES.register(BarSource.corrupted)
+def corrupted_facts(episode: Episode, cfg: StatusBarConfig, messages: list[Message]) -> StatusFacts:
+    return corrupt(code_facts(episode, cfg, messages), cfg.corrupt_fraction, episode.id, tuple(episode.status_facts))
+
+
+def wrap(body: str, cfg: StatusBarConfig) -> str:
+    """A bar's body in the condition's tags (format, visibility, wrapper)."""
+    return tag(body, cfg.format, internal=cfg.internal, wrapper=cfg.wrapper)
+
+
+def bar_text(episode: Episode, cfg: StatusBarConfig, upto: int | None = None) -> str | None:
+    """The rendered bar as of episode message `upto` (default: the end), or None when the source
+    supplies no facts."""
+    if cfg.source not in FACT_SOURCES:
+        return None
+    facts = FACT_SOURCES.get(cfg.source)(episode, cfg, episode.messages[:upto])
+    if cfg.side_channel:
+        facts = replace(facts, volatile=volatile_signals(episode))
+    return wrap(RENDERERS[cfg.format](facts, tuple(episode.status_facts)), cfg)
+
+
+def place(t: Transcript, text: str, placement: Placement) -> None:
+    if placement == Placement.head:  # merged into the system prompt: the prefix changes from byte 0
+        if t.messages and t.messages[0]["role"] == "system":
+            t.extend(0, text, REGION)
+        else:
+            t.insert(0, {"role": "system", "content": text}, REGION)
+    elif placement == Placement.mid:  # a system message just before the last user turn
+        last_user = max(i for i, m in enumerate(t.messages) if m["role"] == "user")
+        t.insert(last_user, {"role": "system", "content": text}, REGION)
+    else:
+        t.append({"role": "user", "content": text}, REGION)
+
+
+def turn_ends(messages: list[Message]) -> list[int]:
+    """Where the agent's turns end: after each run of tool results, and at the end."""
+    ends = [i + 1 for i, m in enumerate(messages[:-1]) if m["role"] == "tool" and messages[i + 1]["role"] != "tool"]
+    return ends + [len(messages)]
+
+
+def _position(t: Transcript, end: int) -> int:
+    """Where episode turn end `end` falls in the transcript: after the last message shown from
+    before it and whatever a mechanism added right after that (a diagnostics flush)."""
+    pos = max((k + 1 for k, o in enumerate(t.origins) if o is not None and o < end), default=0)
+    while pos < len(t) and t.origins[pos] is None:
+        pos += 1
+    return pos
+
+
+def step(episode: Episode, t: Transcript, cfg: StatusBarConfig, text: str | None = None) -> None:
+    """`text`: a bar written elsewhere (a writer model's, already wrapped); by default the source's
+    facts make it. update=append: every turn end keeps the bar it was given; the last one is `text`."""
+    text = text if text is not None else bar_text(episode, cfg)
+    if text is None:
+        return
+    if cfg.update != Update.append:
+        place(t, text, cfg.placement)
+        return
+    ends = turn_ends(episode.messages)
+    for end in reversed(ends):  # from the last, so earlier positions stay valid
+        bar = text if end == ends[-1] else bar_text(episode, cfg, end)
+        if bar:
+            t.insert(_position(t, end) if end != ends[-1] else len(t), {"role": "user", "content": bar}, REGION)
