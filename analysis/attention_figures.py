@@ -15,17 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.style import FULL_WIDTH, colors, save
+from analysis.section import Section
+from analysis.style import FULL_WIDTH, ordered_regions, region_colors, save
 from harness.measure.attention import store
 from harness.measure.attention.regions import region_group
 
-REGION_ORDER = ["template", "system", "request", "call_records", "other_call", "distractor", "assistant", "question",
-                "status", "added", "generated"]
-# one colour per region everywhere (strip figure, sample browser): Okabe-Ito, the status bar in
-# vermillion and condition text in reddish purple so they stand out; greys for scaffolding
-REGION_COLORS = {"template": "#BBBBBB", "system": "#777777", "request": "#009E73", "call_records": "#0072B2",
-                 "other_call": "#56B4E9", "distractor": "#F0E442", "assistant": "#E69F00", "question": "#000000",
-                 "status": "#D55E00", "added": "#CC79A7", "generated": "#444444"}
 HEATMAP, SHARES, STRIP = "attention_layers_by_region", "attention_share_by_region", "attention_token_strip"
 
 
@@ -51,28 +45,17 @@ def layer_shares(run_dirs: list[Path], df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def region_colors(names=()) -> dict[str, str]:
-    """REGION_COLORS, plus a stable colour for any other region name."""
-    extra = [n for n in dict.fromkeys(names) if n not in REGION_COLORS]
-    return {**REGION_COLORS, **colors(extra)}
-
-
-def _ordered(regions) -> list[str]:
-    present = set(regions)
-    return [r for r in REGION_ORDER if r in present] + sorted(present - set(REGION_ORDER))
-
-
 def _mean_table(shares: pd.DataFrame) -> pd.DataFrame:
     """condition x region share over all layers (samples missing a region count it as 0)."""
     per_sample = shares.pivot_table(index=["condition", "sample_id"], columns="region", values="share",
                                     aggfunc="mean", fill_value=0.0)
-    return per_sample.groupby(level="condition", sort=False).mean()[_ordered(per_sample.columns)]
+    return per_sample.groupby(level="condition", sort=False).mean()[ordered_regions(per_sample.columns)]
 
 
 def heatmap_figure(shares: pd.DataFrame, conditions: list[str]):
     from matplotlib.figure import Figure
 
-    regions = _ordered(shares["region"].unique())
+    regions = ordered_regions(shares["region"].unique())
     grids = {c: shares[shares["condition"] == c].pivot_table(index="layer", columns="region", values="share",
                                                               aggfunc="mean", fill_value=0.0).reindex(columns=regions, fill_value=0.0)
              for c in conditions}
@@ -117,7 +100,7 @@ def strip_figure(examples: list[tuple[str, dict[str, np.ndarray]]]):
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    names = _ordered({region_group(str(a["regions"][r])) for _, a in examples for r in np.unique(a["token_regions"])})
+    names = ordered_regions({region_group(str(a["regions"][r])) for _, a in examples for r in np.unique(a["token_regions"])})
     palette = region_colors(names)
     fig = Figure(figsize=(FULL_WIDTH, 0.9 * len(examples) + 0.8), layout="constrained")
     axes = fig.subplots(2 * len(examples), 1, squeeze=False, gridspec_kw={"height_ratios": [3, 1] * len(examples)})[:, 0]
@@ -158,8 +141,6 @@ def _headline(table: pd.DataFrame) -> str:
 
 def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
     """The report's attention section (analysis.report's hook); nothing when no run has a probe."""
-    from analysis.report import Section
-
     run_dirs = [Path(d) for d in run_dirs]
     shares = layer_shares(run_dirs, df)
     if shares.empty:

@@ -73,8 +73,9 @@
   }
 
   // one prompt as coloured, marked text: regions from the probe's tokens when it tokenized this
-  // very text, else the condition markers; `marks` are spans that differ from the other arm
-  function promptView(s, text, marks) {
+  // very text, else the regions the condition pipeline annotated (`spans`); `marks` are spans that
+  // differ from the other arm
+  function promptView(s, text, marks, spans) {
     const n = text.length;
     const region = new Array(n).fill(null);
     const att = s.attention;
@@ -84,9 +85,7 @@
         for (let c = att.offsets[2 * t]; c < att.offsets[2 * t + 1]; c++) region[c] = name;
       }
     } else {
-      for (const [re, name] of [[/<agent_status\b[\s\S]*?<\/agent_status>/g, "status"], [/<turn_meta\b[\s\S]*?<\/turn_meta>/g, "added"]]) {
-        for (const m of text.matchAll(re)) for (let c = m.index; c < m.index + m[0].length; c++) region[c] = name;
-      }
+      for (const [a, b, name] of spans || []) region.fill(name, a, b);
     }
     const diff = new Uint8Array(n);
     for (const [a, b] of marks || []) diff.fill(1, a, b);
@@ -124,7 +123,7 @@
     const how = p.rendered ? "rendered text, exactly as sent" : "messages (the backend rendered them itself)";
     const tools = p.tools.length ? ` · tools: ${p.tools.join(", ")}` : "";
     return el("div", { class: "sb-col", "data-id": s.id }, head, el("div", { class: "sb-note", text: how + tools }),
-      promptView(s, p.text, marks));
+      promptView(s, p.text, marks, p.regions));
   }
 
   function attentionView(s) {

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.attention_figures import region_colors
+from analysis.style import region_colors
 from analysis.load import grid_columns
 from harness.render import split_thinking
 from harness.rundir.layout import PROMPTS, run_parts
@@ -63,6 +63,7 @@ def _prompts(run_dirs: list[Path], wanted: set[str]) -> dict[str, dict]:
             for row in read_jsonl(Path(part) / PROMPTS):
                 if row.get("prompt_sha256") in wanted:
                     out[row["prompt_sha256"]] = {"rendered": row.get("rendered"), "messages": row.get("messages") or [],
+                                                 "annotations": row.get("annotations") or [],
                                                  "tools": [t.get("function", t).get("name") for t in row.get("tools") or []]}
     return out
 
@@ -79,6 +80,23 @@ def display_text(prompt: dict | None) -> str:
         calls = "".join(f"\n<tool_call>{json.dumps(c.get('function', c))}</tool_call>" for c in m.get("tool_calls") or [])
         lines.append(f"[{m.get('role')}]\n{content or ''}{calls}")
     return "\n\n".join(lines)
+
+
+def annotated_spans(text: str, prompt: dict) -> list[list]:
+    """The regions the condition pipeline annotated (the bar, a reminder, an envelope...) as character
+    spans of the displayed text: each annotated message's content found in order, its marks shifted
+    there. Found by the annotations, never by a wrapper's literal text."""
+    spans, cursor = [], 0
+    for message, note in zip(prompt["messages"], prompt["annotations"]):
+        content = message.get("content")
+        if not isinstance(content, str) or not content:
+            continue
+        at = text.find(content, cursor)
+        if at < 0:
+            continue
+        spans += [[at + a, at + b, region] for a, b, region in note.get("marks") or []]
+        cursor = at + len(content)
+    return spans
 
 
 def _tokens(text: str) -> list[tuple[int, int]]:
@@ -187,7 +205,8 @@ def collect(df: pd.DataFrame, run_dirs: list[Path], limit: int | None = DEFAULT_
     _pair(samples, baseline, texts)
     # each prompt once, as its display text only (the messages are in it): the page's bulk
     return {"samples": samples, "region_colors": region_colors(),
-            "prompts": {sha: {"text": texts[sha], "rendered": p["rendered"] is not None, "tools": p["tools"]}
+            "prompts": {sha: {"text": texts[sha], "rendered": p["rendered"] is not None, "tools": p["tools"],
+                              "regions": annotated_spans(texts[sha], p)}
                         for sha, p in prompts.items()},
             "baseline": baseline, "total": len(df), "left_out": left_out, "limit": limit or None,
             "errors_left_out": int((df["label"] == "error").sum() - (kept["label"] == "error").sum()),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.section import Section
 from analysis.stats import cluster_bootstrap_diff
 from analysis.style import FULL_WIDTH, colors, save
 from harness.measure.propensity import log_odds
@@ -129,8 +130,6 @@ def _headline(t: pd.DataFrame) -> str:
 
 def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
     """The report's propensity section (analysis.report's hook); nothing when no record was scored."""
-    from analysis.report import Section
-
     scores = episode_scores(df)
     if scores.empty:
         return []

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib
-import importlib.util
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import browser, tables
+from analysis import attention_figures, browser, propensity, tables
 from analysis.load import grid_columns, load_records
+from analysis.section import Section
 from analysis.style import num
 from harness.io.files import os_error_message, write_file
 
@@ -31,17 +30,6 @@ RATES_NOTE = ("Balanced accuracy (the headline) = mean of the accuracy in limit 
               "Accuracy = pooled over all samples (Wilson 95%). Violation rate over limit cells, over-refusal over control "
               "cells, both among samples with an answer (n in brackets); `truncated` and `errors` are counted apart and "
               "count as wrong in both accuracies.")
-
-
-@dataclass
-class Section:
-    """One part of the report: a heading, a paragraph, optionally a table and/or a figure (a file
-    name, without suffix, of a PNG in the output directory)."""
-
-    title: str
-    text: str = ""
-    table: pd.DataFrame | None = None
-    figure: str | None = None
 
 
 def ci(est: pd.Series, low: pd.Series, high: pd.Series, fmt: str = ".2f") -> list[str]:
@@ -196,14 +184,6 @@ def sections(df: pd.DataFrame) -> list[Section]:
     return out
 
 
-def optional_sections(module: str, df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list[Section]:
-    """Sections from an optional module exposing `sections(df, run_dirs, out_dir) -> list[Section]`
-    (it writes its own figures into out_dir); nothing when the module does not exist."""
-    if importlib.util.find_spec(module) is None:
-        return []
-    return list(importlib.import_module(module).sections(df, run_dirs, out_dir))
-
-
 def to_markdown(df: pd.DataFrame, run_dirs: list[Path], parts: list[Section]) -> str:
     lines = ["# statusbench report", "",
              f"Runs: {', '.join(f'`{d}`' for d in run_dirs)}  ",
@@ -281,8 +261,8 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limi
                 save(fig, out, name)
         parts = [replace(p, figure=None, text=f"{p.text} {empty[p.figure]}".strip()) if p.figure in empty
                  else p for p in sections(df)]
-        parts += optional_sections("analysis.attention_figures", df, run_dirs, out)  # hook: attention-probe figures
-        parts += optional_sections("analysis.propensity", df, run_dirs, out)  # hook: probe.propensity
+        for extra in (attention_figures.sections, propensity.sections):  # each writes its own figures into out
+            parts += extra(df, run_dirs, out)
         text = to_markdown(df, run_dirs, parts)
     write_file(out / "report.md", text)
     write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(df, run_dirs, browser_limit))))

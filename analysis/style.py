@@ -14,6 +14,17 @@ OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "
 LABEL_COLORS = {"violated": "#D55E00", "complied": "#009E73", "refused": "#0072B2", "other": "#E69F00",
                 "truncated": "#CC79A7", "error": "#000000"}
 
+REGION_ORDER = ["template", "system", "summary", "request", "call_records", "other_call", "distractor", "assistant",
+                "question", "turn_meta", "diagnostics", "envelope", "loop_guard", "todo_reminder", "cycle_state",
+                "ledger", "status", "added", "generated"]
+# one colour per region everywhere (strip figure, sample browser): Okabe-Ito, the status bar in
+# vermillion and the other mechanisms' text in reddish purple or sky blue so they stand out; greys for scaffolding
+REGION_COLORS = {"template": "#BBBBBB", "system": "#777777", "summary": "#999999", "request": "#009E73",
+                 "call_records": "#0072B2", "other_call": "#56B4E9", "distractor": "#F0E442", "assistant": "#E69F00",
+                 "question": "#000000", "turn_meta": "#CC79A7", "diagnostics": "#CC79A7", "envelope": "#CC79A7",
+                 "loop_guard": "#CC79A7", "todo_reminder": "#56B4E9", "cycle_state": "#56B4E9", "ledger": "#56B4E9",
+                 "status": "#D55E00", "added": "#CC79A7", "generated": "#444444"}
+
 RC = {
     "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
     "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
@@ -27,6 +38,18 @@ COLUMN_WIDTH = 3.4
 def colors(names: Iterable[str]) -> dict[str, str]:
     """A stable colour per name, in the order the names first appear."""
     return {n: OKABE_ITO[i % len(OKABE_ITO)] for i, n in enumerate(dict.fromkeys(names))}
+
+
+def region_colors(names: Iterable[str] = ()) -> dict[str, str]:
+    """REGION_COLORS, plus a stable colour for any other region name."""
+    extra = [n for n in dict.fromkeys(names) if n not in REGION_COLORS]
+    return {**REGION_COLORS, **colors(extra)}
+
+
+def ordered_regions(regions: Iterable[str]) -> list[str]:
+    """Regions in REGION_ORDER, then any others by name."""
+    present = set(regions)
+    return [r for r in REGION_ORDER if r in present] + sorted(present - set(REGION_ORDER))
 
 
 def num(x: float, digits: int = 3) -> str:

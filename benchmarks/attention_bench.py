@@ -57,7 +57,7 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
 
     cfg = _config(0)
     cfg.probe.chunk_size = chunk_size
-    backend = make_backend(cfg)
+    backend = make_backend(cfg.model, cfg.backend)
     sample, n_prompt = _sample(backend, prompt_tokens)
     prompt_ids = backend.tokenizer(backend.render(sample.request), add_special_tokens=False)["input_ids"]
     # a completion of exactly new_tokens tokens: the prompt's own text (what is attended does not
@@ -81,7 +81,7 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
         from harness.flow.probe import RunProbe
         from harness.types import Completion
 
-        probe = RunProbe(cfg, backend, Path(tempfile.mkdtemp()))
+        probe = RunProbe(cfg.model, cfg.probe, backend, Path(tempfile.mkdtemp()))
         if mode == "probe_reused":  # as in a run: the hf backend generated first (not timed here, see plain)
             backend.generate([replace(sample.request, generation=replace(sample.request.generation, max_new_tokens=1))])
         else:

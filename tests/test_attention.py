@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from harness.backends import Backend
 from harness.errors import ConfigError
 from harness.flow.plan import make_plan
 from harness.measure.attention import store
@@ -71,12 +72,14 @@ GRID = ["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episo
         "scenario.other_companies=[1]"]
 
 
-class TinyQwen3:
+class TinyQwen3(Backend):
     """The surface of the hf backend the probe uses, over a random-weight Qwen3 and SmolLM2's
     tokenizer with <think> and </think> added as tokens."""
 
     name = "hf"
-    holds_hf_weights = True
+
+    def hf_weights(self):
+        return self
 
     def __init__(self):
         from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
@@ -189,7 +192,7 @@ def test_run_probe_measures_a_replayed_completion(tiny, samples, tmp_path):
     from harness.flow.probe import RunProbe
 
     cfg = make_cfg(*GRID, "probe.attention=true", "probe.chunk_size=5")
-    probe = RunProbe(cfg, tiny, tmp_path)
+    probe = RunProbe(cfg.model, cfg.probe, tiny, tmp_path)
     sample = samples["none"]
     # an API-style completion: reasoning split off by the server, put back inside <think> for replay
     arrays = probe.measure(sample, Completion(text="No.", reasoning="The limit is reached."))
@@ -251,7 +254,7 @@ def test_strip_layer_out_of_range_names_the_key(tiny, tmp_path):
     from harness.flow.probe import RunProbe
 
     with pytest.raises(ConfigError, match="probe.strip_layer"):
-        RunProbe(make_cfg("probe.attention=true", "probe.strip_layer=7"), tiny, tmp_path)
+        RunProbe(make_cfg().model, make_cfg("probe.attention=true", "probe.strip_layer=7").probe, tiny, tmp_path)
 
 
 def test_report_section_states_status_and_call_record_shares(tmp_path):

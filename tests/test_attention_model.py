@@ -24,9 +24,9 @@ def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
     from harness.types import Completion
 
     cfg = make_cfg(*SHORT, "condition=[status_tail]", "probe.attention=true", "probe.chunk_size=3")
-    backend = make_backend(cfg)
+    backend = make_backend(cfg.model, cfg.backend)
     sample = make_plan(cfg)[0]
-    arrays = RunProbe(cfg, backend, tmp_path).measure(sample, Completion(text="I will not call Xfinity again."))
+    arrays = RunProbe(cfg.model, cfg.probe, backend, tmp_path).measure(sample, Completion(text="I will not call Xfinity again."))
     names = [str(n) for n in arrays["regions"]]
     assert "status" in names and "call_record_3" in names
     prompt = backend.tokenizer(backend.render(sample.request), add_special_tokens=False)["input_ids"]
@@ -46,8 +46,8 @@ def test_the_probe_replays_on_the_generations_prompt_kv(tmp_path: Path):
     from harness.flow.probe import RunProbe
 
     cfg = make_cfg(*SHORT, "condition=[none,status_tail]", "probe.attention=true", "model.generation.max_new_tokens=6")
-    backend = make_backend(cfg)
-    probe = RunProbe(cfg, backend, tmp_path)
+    backend = make_backend(cfg.model, cfg.backend)
+    probe = RunProbe(cfg.model, cfg.probe, backend, tmp_path)
     samples = make_plan(cfg)
     completions = backend.generate([s.request for s in samples])
     widths = []

@@ -19,7 +19,8 @@ TINY = ["scenario.calls_made=[2,3]", "scenario.placement=[early]", "scenario.epi
 def backend():
     from harness.backends import make_backend
 
-    return make_backend(make_cfg(*TINY))
+    cfg = make_cfg(*TINY)
+    return make_backend(cfg.model, cfg.backend)
 
 
 def test_tiny_grid_end_to_end(tmp_path: Path):

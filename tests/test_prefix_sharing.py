@@ -72,7 +72,8 @@ def test_prefix_order_puts_sharing_sequences_next_to_each_other(seqs):
 def backend():
     from harness.backends import make_backend
 
-    return make_backend(make_cfg(*TINY))
+    cfg = make_cfg(*TINY)
+    return make_backend(cfg.model, cfg.backend)
 
 
 def _generate(backend, requests, **cfg):

@@ -87,7 +87,8 @@ def test_hermes_candidates_render_as_the_template_writes_the_call(backend):
 def backend():
     from harness.backends import make_backend
 
-    return make_backend(make_cfg("backend.threads=1"))
+    cfg = make_cfg("backend.threads=1")
+    return make_backend(cfg.model, cfg.backend)
 
 
 def _naive(backend, prompt_ids: list[int], run: list[int]) -> list[float]:

@@ -130,15 +130,11 @@ def test_report_cli_errors_and_single_run_default(runs, tmp_path, capsys):
     assert report.default_out(runs) == runs[0].parent.resolve()
 
 
-def test_optional_sections_hook(runs, tmp_path, monkeypatch):
+def test_a_section_renders_under_its_heading(runs):
+    from analysis.section import Section
+
     df = load_records(runs)
-    assert report.optional_sections("analysis.no_such_module", df, runs, tmp_path) == []
-    (tmp_path / "fake_probe.py").write_text(
-        "from analysis.report import Section\n"
-        "def sections(df, run_dirs, out_dir):\n"
-        "    return [Section('Attention', f'{len(df)} records from {len(run_dirs)} runs')]\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (part,) = report.optional_sections("fake_probe", df, runs, tmp_path)
+    part = Section("Attention", f"{len(df)} records from {len(runs)} runs")
     assert "## Attention\n\n96 records from 2 runs" in report.to_markdown(df, runs, [part])
 
 

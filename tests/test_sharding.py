@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.backends import Backend
 from harness.errors import ConfigError
 from harness.flow.plan import make_plan
 from harness.run import execute
@@ -71,7 +72,7 @@ def test_the_cli_takes_a_shard(tmp_path: Path):
     assert len(lines) == len(make_plan(_scripted(tmp_path, "run.shard=1/2")))
 
 
-class _Backend:
+class _Backend(Backend):
     """Answers every request, or fails every one (an outage), like a remote server would."""
 
     name = "stub"

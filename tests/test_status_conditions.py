@@ -136,17 +136,17 @@ def test_a_strict_template_rejects_the_mid_system_message():
 def test_hf_backend_turns_a_template_rejection_into_an_error_record():
     from harness.backends import make_backend
     from harness.flow.plan import make_plan
-    from harness.run import to_record
+    from harness.flow.stages import RecordContext, to_record
 
     cfg = make_cfg("condition=[status_mid,status_head]", "scenario.calls_made=[3]", "scenario.placement=[early]",
                    "scenario.episodes_per_cell=1", "model.generation.max_new_tokens=2")
-    backend = make_backend(cfg)
+    backend = make_backend(cfg.model, cfg.backend)
     backend.tokenizer.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
         "{{ raise_exception('System message must be at the beginning.') }}{% endif %}{{ m['content'] }}{% endfor %}")
     plan = make_plan(cfg)
     done = backend.generate([s.request for s in plan])
-    records = {s.condition: to_record(s, c, cfg, "x") for s, c in zip(plan, done)}
+    records = {s.condition: to_record(s, c, RecordContext(cfg.model, cfg.backend.name), "x") for s, c in zip(plan, done)}
     assert records["status_mid"].label == "error" and "System message must be at the beginning" in records["status_mid"].error
     assert records["status_head"].error is None
 

@@ -9,43 +9,58 @@ package (which imports every backend module to fill the registry) stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
-from harness.config.schemas import BackendConfig, Config
+from harness.config.schemas import BackendConfig, ModelConfig
 from harness.registry import BACKENDS
 from harness.types import Completion, Request
 
 
-class Backend(Protocol):
+class Backend:
+    """What every backend is: one batch method, a description for the manifest, and capabilities as
+    methods it overrides where it has them. Used as a context manager: the engine is closed on exit."""
     name: str
 
-    def generate(self, requests: list[Request]) -> list[Completion]: ...
+    def generate(self, requests: list[Request]) -> list[Completion]:
+        raise NotImplementedError
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def hf_weights(self) -> Any:
+        """The backend itself where it holds HF weights and a tokenizer that the attention probe
+        replays with (`model`, `tokenizer`, `render`, `decoder`); None where it holds none."""
+        return None
+
+    def scores_candidates(self) -> bool:
+        """Whether generate fills each completion's `propensity` from the request's candidates."""
+        return False
+
+    def close(self) -> None:
+        """Release engines, worker processes and connections (idempotent)."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)
 class BackendSpec:
     name: str
     config_class: type[BackendConfig]
-    make: Callable[[Config], Backend]  # the run's config -> a loaded backend
+    make: Callable[[ModelConfig, BackendConfig], Backend]
 
 
 def register_backend(name: str, config_class: type[BackendConfig]) -> Callable[[type], type]:
-    """Class decorator: the backend is built as `cls(cfg.model, cfg.backend)`."""
+    """Class decorator: the backend is built as `cls(model_cfg, backend_cfg)`."""
     def deco(cls: type) -> type:
-        BACKENDS.add(name, BackendSpec(name, config_class, lambda cfg: cls(cfg.model, cfg.backend)))
+        BACKENDS.add(name, BackendSpec(name, config_class, cls))
         return cls
 
     return deco
 
 
-def make_backend(cfg: Config) -> Backend:
-    return BACKENDS.get(cfg.backend.name, "backend.name").make(cfg)
-
-
-def hf_weights(backend: Any) -> Any:
-    """The backend itself when it holds HF weights and a tokenizer that the attention probe and
-    likelihood scoring can reuse (`model`, `tokenizer`, `render`), else None."""
-    return backend if getattr(backend, "holds_hf_weights", False) else None
-
+def make_backend(model: ModelConfig, backend: BackendConfig) -> Backend:
+    return BACKENDS.get(backend.name, "backend.name").make(model, backend)

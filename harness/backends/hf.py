@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.backends import register_backend
+from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, require
 from harness.engine.decode import PrefixDecoder
 from harness.errors import ConfigError
@@ -39,9 +39,8 @@ class HFBackendConfig(BackendConfig):
 
 
 @register_backend("hf", HFBackendConfig)
-class HFBackend:
+class HFBackend(Backend):
     name = "hf"
-    holds_hf_weights = True  # the attention probe replays with this backend's own model
 
     def __init__(self, model_cfg: ModelConfig, cfg: HFBackendConfig):
         import torch
@@ -75,6 +74,12 @@ class HFBackend:
         # the longest sequence the weights were trained for; a longer prompt is an error record, as in vllm
         self.context = getattr(self.model.config, "max_position_embeddings", None)
         self.decoder = PrefixDecoder(self.model, eos, self.device)
+
+    def hf_weights(self) -> "HFBackend":
+        return self  # the attention probe replays with this backend's own model: no second copy
+
+    def scores_candidates(self) -> bool:
+        return True
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harness.backends import register_backend
+from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.engine.prefix import prefix_key, prefix_order
 from harness.io.secrets import looks_like_secret, redact
@@ -175,7 +175,7 @@ def parse_response(resp: Any, latency: float) -> Completion:
 
 
 @register_backend("openai", OpenAIBackendConfig)
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     name = "openai"
 
     def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, http_client_factory: Any = None):

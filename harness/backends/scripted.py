@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from harness.backends import register_backend
+from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.errors import ConfigError
 from harness.io.jsonl import read_lines
@@ -79,7 +79,7 @@ def load_lines(path: str) -> list[dict[str, Any]]:
 
 
 @register_backend("scripted", ScriptedBackendConfig)
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     name = "scripted"
 
     def __init__(self, model_cfg: ModelConfig, cfg: ScriptedBackendConfig):

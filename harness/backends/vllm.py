@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from harness.backends import register_backend
+from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, DType, ModelConfig, require
 from harness.engine.prefix import prefix_key
 from harness.errors import ConfigError
@@ -123,7 +123,7 @@ def reasoning_splitter(name: str | None, tokenizer: Any) -> Split:
 
 
 @register_backend("vllm", VLLMBackendConfig)
-class VLLMBackend:
+class VLLMBackend(Backend):
     name = "vllm"
 
     def __init__(self, model_cfg: ModelConfig, cfg: VLLMBackendConfig, llm: Any = None, sampling_params: Any = None):

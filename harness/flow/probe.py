@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends import hf_weights
 from harness.backends.hf import HFBackend, HFBackendConfig
-from harness.config.schemas import Config
+from harness.backends import Backend
+from harness.config.schemas import ModelConfig, ProbeConfig
 from harness.errors import ConfigError
 from harness.flow.plan import Sample
 from harness.measure.attention import store
@@ -35,19 +35,19 @@ def replay_text(completion: Completion) -> str:
 
 
 class RunProbe:
-    def __init__(self, cfg: Config, backend: Any, run_dir: Path):
+    def __init__(self, model: ModelConfig, cfg: ProbeConfig, backend: Backend, run_dir: Path):
         """`run_dir`: where this job's records go (the run, or its shard); parts are written there."""
         # a backend holding HF weights generated with them: reuse them, no second copy, and the
         # prompts' KV from its decode engine (no second prefill)
-        self.kv_source = getattr(hf_weights(backend), "decoder", None)
+        self.kv_source = getattr(backend.hf_weights(), "decoder", None)
         try:
-            self.hf = hf_weights(backend) or HFBackend(
-                cfg.model, HFBackendConfig(device=cfg.probe.device, dtype=cfg.probe.dtype, batch_size=1))
+            self.hf = backend.hf_weights() or HFBackend(
+                model, HFBackendConfig(device=cfg.device, dtype=cfg.dtype, batch_size=1))
         except OSError as exc:
-            raise ConfigError(f"probe.attention: cannot load HF weights of model {cfg.model.name!r} to replay "
-                              f"the {cfg.backend.name} completions with ({exc})") from None
+            raise ConfigError(f"probe.attention: cannot load HF weights of model {model.name!r} to replay "
+                              f"the {backend.name} completions with ({exc})") from None
         try:
-            self.probe = AttentionProbe(self.hf.model, cfg.probe.chunk_size, cfg.probe.strip_layer)
+            self.probe = AttentionProbe(self.hf.model, cfg.chunk_size, cfg.strip_layer)
         except ValueError as exc:
             raise ConfigError(f"probe.strip_layer: {exc}") from None
         try:  # two tokens through the probe: a model whose attention it cannot see fails here, not mid-run
@@ -57,9 +57,9 @@ class RunProbe:
         if self.kv_source is not None:
             self.kv_source.keep_prompt_kv = True
         self.run_dir = Path(run_dir)
-        self.meta = {"generated_by": cfg.backend.name,
+        self.meta = {"generated_by": backend.name,
                      "replayed_with": {k: v for k, v in self.hf.describe().items() if k in ("path", "revision", "dtype", "device")},
-                     "chunk_size": cfg.probe.chunk_size}
+                     "chunk_size": cfg.chunk_size}
 
     def describe(self) -> dict[str, Any]:
         return self.meta

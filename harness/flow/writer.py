@@ -68,7 +68,7 @@ class WriterBackends:
             from hydra import compose
 
             wcfg = to_typed(compose("config", overrides=list(key)))  # inside the running Hydra app
-            self.loaded[key] = (make_backend(wcfg), wcfg.model)
+            self.loaded[key] = (make_backend(wcfg.model, wcfg.backend), wcfg.model)
         return self.loaded[key]
 
 

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     t0 = time.perf_counter()
-    backend = make_backend(greedy_cfg)
+    backend = make_backend(greedy_cfg.model, greedy_cfg.backend)
     model_load = time.perf_counter() - t0
     backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
     with tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:

@@ -70,7 +70,7 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict
     backends = {}
     for name, cfg in configs.items():
         t0 = time.perf_counter()
-        backends[name] = make_backend(cfg)
+        backends[name] = make_backend(cfg.model, cfg.backend)
         summary[name] = {"model_load_s": time.perf_counter() - t0, "backend": backends[name].describe()}
         backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}

@@ -15,7 +15,7 @@ from harness.rundir.store import read_jsonl
 from harness.types import Completion, Request
 
 
-class TimedBackend:
+class TimedBackend(Backend):
     """Counts the wall time spent inside generate, so the rest of the run is the harness's."""
 
     def __init__(self, inner: Backend):
@@ -30,6 +30,12 @@ class TimedBackend:
 
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
+
+    def hf_weights(self) -> Any:
+        return self.inner.hf_weights()
+
+    def scores_candidates(self) -> bool:
+        return self.inner.scores_candidates()
 
 
 def timed_run(cfg: Config, backend: Backend, run_dir: Path, **backend_cfg: Any) -> dict[str, Any]:

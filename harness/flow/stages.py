@@ -1,0 +1,149 @@
+"""The run's stages, each a function with typed inputs and outputs; `harness.run.execute` calls them
+in order: plan -> open (lock, admit, record the config) -> pending -> per batch: write model bars ->
+generate -> grade -> probe -> append -> close the session.
+
+A single decision on a frozen trajectory is the one-step case of a rollout: the same
+generate/grade/append stages run once per sample.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+import scenarios
+from harness import progress
+from harness.backends import Backend
+from harness.config.schemas import Config, ModelConfig
+from harness.flow.fingerprint import Admission, admit
+from harness.flow.plan import Sample
+from harness.flow.writer import fail_unwritten
+from harness.measure.cost import cost_usd
+from harness.rundir import manifest
+from harness.rundir.layout import RECORDS, run_parts, shard_dir
+from harness.rundir.store import RunStore, prompt_hash
+from harness.types import Completion, Record, short_hash
+
+
+@dataclass
+class OpenRun:
+    """A run directory this process writes: its lock held, its experiment admitted."""
+    run_dir: Path
+    job_dir: Path  # the run, or its shard
+    store: RunStore
+    admission: Admission
+    resolved: dict[str, Any]
+    sessions: list[dict[str, Any]] = field(default_factory=list)  # the earlier invocations
+    model_info: dict[str, Any] = field(default_factory=dict)
+
+    def write_manifest(self, session: dict[str, Any]) -> None:
+        self.store.write_manifest(manifest.build(self.resolved, self.model_info, self.sessions + [session],
+                                                 self.admission.record()))
+
+
+@contextmanager
+def open_run(cfg: Config, run_dir: Path, resolved: dict[str, Any]) -> Iterator[OpenRun]:
+    """Take the job directory's writer lock first, then admit the experiment, then record the config:
+    a process refused (in use, another experiment) has written nothing."""
+    job_dir = shard_dir(Path(run_dir), cfg.run.shard_spec)
+    with RunStore(job_dir) as store:
+        admission = admit(cfg, Path(run_dir), job_dir, manifest.now())
+        save_hydra_record(job_dir, resolved)
+        yield OpenRun(Path(run_dir), job_dir, store, admission, resolved, store.read_manifest().get("sessions", []),
+                      {**cfg.model.identity(), "backend": cfg.backend.name})
+
+
+def save_hydra_record(job_dir: Path, resolved: dict[str, Any]) -> None:
+    """.hydra/ of the job: written after the lock and the fingerprint check, because Hydra's own dump
+    (off in conf/config.yaml) would overwrite the record of a run this job is then refused into."""
+    if not HydraConfig.initialized():
+        return
+    out = job_dir / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create(resolved), out / "config.yaml")
+    OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), out / "overrides.yaml")
+
+
+def pending(plan: list[Sample], run: OpenRun, retry_errors: bool) -> list[Sample]:
+    """The samples without a record anywhere in the run (its parent or any shard)."""
+    elsewhere = [d for d in run_parts(run.run_dir) if d != run.job_dir]
+    done = run.store.done_ids(retry_errors, elsewhere)
+    return [s for s in plan if s.sample_id not in done]
+
+
+def start_session(run: OpenRun, planned: int, new: int) -> dict[str, Any]:
+    session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": planned, "new": new,
+               "fingerprint": short_hash(run.admission.current)}
+    run.write_manifest(session)
+    return session
+
+
+def batches(samples: list[Sample], size: int) -> Iterator[list[Sample]]:
+    for start in range(0, len(samples), size):
+        yield samples[start:start + size]
+
+
+def generate(backend: Backend, batch: list[Sample], written: dict[str, dict[str, Any]],
+             on_sample: Callable[[int], None]) -> list[Completion]:
+    """One completion per sample, in order; a sample whose model-written bar failed is an error."""
+    with progress.reporting(on_sample, len(batch)):
+        completions = backend.generate([s.request for s in batch])
+    if len(completions) != len(batch):
+        raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
+    return fail_unwritten(batch, completions, written)
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    """What a record says of the run besides the sample: the model and the backend's name."""
+    model: ModelConfig
+    backend: str
+
+
+def grade(batch: list[Sample], completions: list[Completion], ctx: RecordContext,
+          written: dict[str, dict[str, Any]]) -> tuple[list[Record], list[dict[str, Any]]]:
+    """Each sample's record (graded by its family) and the prompt rows it points at."""
+    records, prompts = [], []
+    for sample, completion in zip(batch, completions):
+        req = sample.request
+        sha = prompt_hash(completion.prompt_text, req.messages, req.tools)
+        prompts.append({"prompt_sha256": sha, "messages": req.messages, "tools": req.tools,
+                        "rendered": completion.prompt_text, "annotations": req.annotations})
+        records.append(to_record(sample, completion, ctx, sha, written.get(sample.sample_id)))
+    return records, prompts
+
+
+def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt_sha: str,
+              writer: dict[str, Any] | None = None) -> Record:
+    label, correct, calls = scenarios.grade(sample.episode, completion)  # the family's own grader
+    req = sample.request
+    return Record(
+        sample_id=req.sample_id, episode_id=req.episode_id, scenario=sample.episode.scenario,
+        family=sample.episode.family, params=sample.episode.params, condition=sample.condition,
+        condition_config=asdict(sample.condition_cfg), model=ctx.model.name,
+        model_path=ctx.model.weights, backend=ctx.backend,
+        generation=asdict(req.generation), replicate=req.replicate, seed=req.seed, prompt_sha256=prompt_sha,
+        prompt_tokens=completion.prompt_tokens, cached_prompt_tokens=completion.cached_prompt_tokens,
+        completion_tokens=completion.completion_tokens, thinking_tokens=completion.thinking_tokens,
+        answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
+        tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
+        latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
+        scripted=completion.scripted, cost_usd=cost_usd(ctx.model, completion), ttft_s=completion.ttft_s, writer=writer,
+        token_source=completion.token_source, propensity=completion.propensity,
+        created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
+
+
+def records_kept(run_dir: Path) -> int:
+    """Record lines in the run and its shards (for the interruption message)."""
+    kept = 0
+    for part in run_parts(Path(run_dir)):
+        path = part / RECORDS
+        if path.is_file():
+            with open(path, "rb") as fh:
+                kept += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return kept
