@@ -107,6 +107,14 @@ def split_thinking(text: str) -> tuple[str, str]:
     return "", text.strip()
 
 
+def thinking_span(text: str) -> str:
+    """The part of a completion that is thinking, tags included: through `</think>`, or all of it
+    when it opened `<think>` and was cut off before closing it; "" for an answer without thinking."""
+    if _THINK_CLOSE in text:
+        return text[:text.index(_THINK_CLOSE) + len(_THINK_CLOSE)]
+    return text if text.lstrip().startswith(_THINK_OPEN) else ""
+
+
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
 

@@ -33,3 +33,34 @@ def test_added_tokens_have_qwen3_ids_and_stay_atomic(tok):
     ids = tok.encode("<|im_start|>assistant\n<think>\nx\n</think>\n\n<tool_call>", add_special_tokens=False)
     assert ids[0] == 151644 and 151667 in ids and 151668 in ids and ids[-1] == 151657
     assert tok.decode(ids) == "<|im_start|>assistant\n<think>\nx\n</think>\n\n<tool_call>"
+
+
+def test_special_flags_are_those_of_the_public_tokenizer_files(tok):
+    """Decoding with special tokens skipped drops the chat markers and keeps <think> and <tool_call>,
+    as Qwen3's own tokenizer does (its 151657.. added tokens are not special)."""
+    text = "<|im_start|>assistant\n<think>\nx\n</think>\n\n<tool_call>{}</tool_call><|im_end|>"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=False) == text
+    assert tok.decode(ids, skip_special_tokens=True) == "assistant\n<think>\nx\n</think>\n\n<tool_call>{}</tool_call>"
+
+
+def test_scripted_thinking_cut_off_before_its_end_is_all_thinking(tok, tmp_path):
+    """A scripted completion that opened <think> and never closed it: every token, the opening tag
+    too, is thinking; none is answer. A closed block counts through </think>."""
+    from harness.backends.scripted import ScriptedBackend, ScriptedBackendConfig
+    from harness.measure.tokencount import TokenCounter
+    from harness.types import GenerationSettings, Request
+    from tests.conftest import make_cfg
+
+    lines = tmp_path / "c.jsonl"
+    lines.write_text('{"text": "<think>\\nthe user asks again; count the calls"}\n'
+                     '{"text": "<think>\\nthree calls\\n</think>\\n\\nNo more calls."}\n')
+    backend = ScriptedBackend(make_cfg("model=smollm2-135m").model, ScriptedBackendConfig(path=str(lines), match="order"))
+    backend.count = TokenCounter(tok.backend_tokenizer, "qwen3 (offline)")
+    reqs = [Request(sample_id=str(i), episode_id="e", condition="none", replicate=0, index=i, messages=[], tools=[],
+                    generation=GenerationSettings(), seed=0) for i in range(2)]
+    cut, closed = backend.generate(reqs)
+    assert cut.completion_tokens == cut.thinking_tokens == len(tok.encode(lines.read_text().splitlines()[0][10:-2].replace("\\n", "\n"), add_special_tokens=False))
+    assert cut.answer_tokens == 0
+    answer = len(tok.encode("\n\nNo more calls.", add_special_tokens=False))
+    assert closed.answer_tokens == answer and closed.thinking_tokens == closed.completion_tokens - answer

@@ -27,7 +27,7 @@ from harness.errors import ConfigError
 from harness.io.jsonl import read_lines
 from harness.io.validate import TOKEN_FIELDS, of_type, token_count
 from harness.measure.tokencount import load_counter
-from harness.render import split_thinking
+from harness.render import split_thinking, thinking_span
 from harness.types import Completion, Request
 
 
@@ -120,9 +120,12 @@ class ScriptedBackend(Backend):
         tokens = {k: usage.get(k) for k in ("prompt_tokens", "completion_tokens", "thinking_tokens", "answer_tokens")}
         source = "usage" if usage else None
         if tokens["completion_tokens"] is None and self.count:
-            thinking, in_text = self.count(reasoning), self.count(text)
-            # a separate reasoning field was generated beside the text; thinking inside the text is part of it
-            completion = in_text + thinking if row.get("reasoning") else in_text
+            in_text = self.count(text)
+            if row.get("reasoning"):  # a separate reasoning field, generated beside the text
+                thinking = self.count(row["reasoning"])
+                completion = in_text + thinking
+            else:  # thinking inside the text, its tags included (all of it when cut off before </think>)
+                thinking, completion = self.count(thinking_span(text)), in_text
             tokens.update(completion_tokens=completion, thinking_tokens=thinking, answer_tokens=max(completion - thinking, 0))
             source = self.count.source
         finish = row.get("finish_reason")

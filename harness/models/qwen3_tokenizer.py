@@ -27,6 +27,10 @@ ADDED_TOKENS = [
     "<think>", "</think>",
 ]
 FIRST_ADDED_ID = 151643
+# as Qwen3's tokenizer_config.json marks them: 151643..151656 special (skipped when decoding with
+# skip_special_tokens), <tool_call> .. </think> plain added tokens (kept: skipping them would delete
+# the thinking and call markers a parser needs)
+N_SPECIAL = 14
 
 
 def _ranks_file() -> Path:
@@ -42,15 +46,19 @@ def qwen3_tokenizer(cache_dir: str | None = None) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     ranks = _ranks_file()
-    digest = hashlib.sha256(ranks.read_bytes() + PATTERN.encode() + "".join(ADDED_TOKENS).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(ranks.read_bytes() + PATTERN.encode() + "".join(ADDED_TOKENS).encode()
+                            + f"special:{N_SPECIAL}".encode()).hexdigest()[:16]
     root = Path(os.path.expanduser(cache_dir or os.environ.get("STATUSBENCH_CACHE", "~/.cache/statusbench"))) / "tokenizers"
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"qwen3-{digest}.json"
     with FileLock(str(path) + ".lock"):
         if not path.is_file():
+            from tokenizers import AddedToken
             from transformers.convert_slow_tokenizer import TikTokenConverter
 
-            tok = TikTokenConverter(vocab_file=str(ranks), pattern=PATTERN, extra_special_tokens=ADDED_TOKENS).converted()
+            tok = TikTokenConverter(vocab_file=str(ranks), pattern=PATTERN,
+                                    extra_special_tokens=ADDED_TOKENS[:N_SPECIAL]).converted()
+            tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS[N_SPECIAL:]])
             with atomic_path(path) as tmp:  # a half-written file is never taken for a cache hit
                 tok.save(str(tmp))
     return PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token="<|im_end|>", pad_token="<|endoftext|>")
