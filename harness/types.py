@@ -120,6 +120,9 @@ class Completion:
     # who counted the tokens when the generating backend did not (scripted: "usage", or the tokenizer used)
     token_source: str | None = None
     propensity: dict[str, Any] | None = None  # candidate scores (harness.measure.propensity.summarize)
+    # the generated token ids, where the backend has them: the attention probe replays these, not a
+    # re-tokenization of the decoded text (which can split differently); not stored in records
+    token_ids: list[int] | None = None
 
 
 @dataclass

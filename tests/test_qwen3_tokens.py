@@ -64,3 +64,21 @@ def test_scripted_thinking_cut_off_before_its_end_is_all_thinking(tok, tmp_path)
     assert cut.answer_tokens == 0
     answer = len(tok.encode("\n\nNo more calls.", add_special_tokens=False))
     assert closed.answer_tokens == answer and closed.thinking_tokens == closed.completion_tokens - answer
+
+
+def test_the_probe_replays_the_generated_ids_not_a_retokenization(tok):
+    """A model may generate a split that tokenizing its decoded text would merge: the probe replays
+    the ids as generated, with the thinking phase through </think>."""
+    from harness.flow.probe import generated
+    from harness.measure.attention.probe import ANSWER, THINKING
+    from harness.types import Completion
+
+    think = tok.encode("<think>\nok\n</think>", add_special_tokens=False)
+    split = [tok.convert_tokens_to_ids(c) for c in ("X", "f", "in", "ity")]  # "Xfinity", one piece at a time
+    ids = think + tok.encode("\n\n", add_special_tokens=False) + split
+    assert tok.encode(tok.decode(ids), add_special_tokens=False) != ids  # re-tokenizing would change them
+    got, phases = generated(tok, Completion(text=tok.decode(ids), token_ids=ids))
+    assert got == ids
+    assert phases == [THINKING] * len(think) + [ANSWER] * (len(ids) - len(think))
+    retokenized, _ = generated(tok, Completion(text=tok.decode(ids)))
+    assert retokenized != ids

@@ -16,7 +16,7 @@ from harness.config.schemas import ModelConfig, ProbeConfig
 from harness.errors import ConfigError
 from harness.flow.plan import Sample
 from harness.measure.attention import store
-from harness.measure.attention.probe import AttentionProbe, completion_phases
+from harness.measure.attention.probe import ANSWER, AttentionProbe, completion_phases
 from harness.measure.attention.regions import (
     GENERATED,
     episode_region_names,
@@ -32,6 +32,22 @@ def replay_text(completion: Completion) -> str:
     if completion.reasoning and "</think>" not in completion.text:
         return f"<think>\n{completion.reasoning}\n</think>\n\n{completion.text}"
     return completion.text
+
+
+def generated(tok: Any, completion: Completion) -> tuple[list[int], list[int]]:
+    """The completion's tokens and each one's phase (thinking or answer): the ids the backend generated
+    where it kept them, else the text tokenized."""
+    if completion.token_ids is None:
+        text = replay_text(completion)
+        gen = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return gen["input_ids"], completion_phases(text, gen["offset_mapping"])
+    ids = completion.token_ids
+    text = tok.decode(ids, skip_special_tokens=False)
+    if "</think>" not in text and not text.lstrip().startswith("<think>"):
+        return ids, [ANSWER] * len(ids)
+    # each token's span in the decoded text, from the lengths of the decoded prefixes
+    ends = [len(tok.decode(ids[:i + 1], skip_special_tokens=False)) for i in range(len(ids))]
+    return ids, completion_phases(text, list(zip([0] + ends[:-1], ends)))
 
 
 class RunProbe:
@@ -72,14 +88,12 @@ class RunProbe:
                               episode_region_names(sample.episode.messages, sample.episode.tags))
         regions = prompt_regions(lambda msgs: self.hf.render(replace(req, messages=msgs)), req.messages, parts)
         prompt = tok(regions.text, add_special_tokens=False, return_offsets_mapping=True)
-        text = replay_text(completion)
-        gen = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        gen_ids, phases = generated(tok, completion)
         names = regions.names + [GENERATED]
         token_regions = regions.token_regions(prompt["offset_mapping"])
         # None where the generation saw other tokens (or another backend generated): prefilled again
         kv = self.kv_source.prompt_kv(prompt["input_ids"]) if self.kv_source is not None else None
-        result = self.probe.run(prompt["input_ids"], gen["input_ids"], token_regions,
-                                completion_phases(text, gen["offset_mapping"]), len(names), prompt_kv=kv)
+        result = self.probe.run(prompt["input_ids"], gen_ids, token_regions, phases, len(names), prompt_kv=kv)
         return {"masses": result.masses, "counts": result.counts, "regions": np.array(names),
                 "token_regions": np.array(token_regions, dtype=np.int16), "strip": result.strip,
                 # where each prompt token sits in the text the probe tokenized: the report's sample
