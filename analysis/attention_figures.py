@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.section import Section
-from analysis.style import FULL_WIDTH, ordered_regions, region_colors, save
+from analysis.style import FULL_WIDTH, colors, ordered_regions, region_colors, save
 from harness.measure.attention import store
 from harness.measure.attention.regions import region_group
 
