@@ -54,7 +54,7 @@ def generate_all(cfg: Config, run: stages.OpenRun, todo: list[Sample], backend: 
     from tqdm import tqdm
 
     run.model_info.update(backend.describe())
-    writers = WriterBackends(cfg, backend)
+    writers = WriterBackends(cfg.model, backend)
     if cfg.probe.propensity and not backend.scores_candidates():  # unmeasured is said, not shown as a score
         print(f"statusbench: probe.propensity: the {backend.name} backend cannot score candidates; "
               "records carry propensity null", flush=True)

@@ -11,8 +11,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from harness.backends import make_backend
+from harness.backends import Backend, make_backend
 from harness.config.compose import to_typed
+from harness.config.schemas import ModelConfig
 from harness.context import view
 from harness.context.bar import BarSource, wrap
 from harness.measure.cost import cost_usd
@@ -59,8 +60,8 @@ class WriterBackends:
     """The writer backend of each condition: the run's own, or one composed from its overrides
     (loaded once, on first use)."""
 
-    def __init__(self, cfg: Any, backend: Any):
-        self.cfg, self.loaded = cfg, {(): (backend, cfg.model)}
+    def __init__(self, model: ModelConfig, backend: Backend):
+        self.loaded = {(): (backend, model)}
 
     def __call__(self, ccfg: Any) -> tuple[Any, Any]:
         key = tuple(ccfg.status.writer_overrides)
