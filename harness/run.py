@@ -39,10 +39,10 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         todo = stages.pending(plan, run, cfg.run.retry_errors)
         print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(todo)} already done, "
               f"{len(todo)} new -> {run.job_dir}", flush=True)
-        session = stages.start_session(run, len(plan), len(todo))
-        if todo:
-            # the model loads only when there is work; a caller's backend (the benchmark's) is the caller's to close
-            with nullcontext(backend) if backend else make_backend(cfg.model, cfg.backend) as loaded:
+        # the model loads only when there is work; a caller's backend (the benchmark's) is the caller's to close
+        with nullcontext(backend) if backend or not todo else make_backend(cfg.model, cfg.backend) as loaded:
+            session = stages.start_session(run, len(plan), len(todo))
+            if todo:
                 generate_all(cfg, run, todo, loaded)
         session["finished_at"] = manifest.now()
         run.write_manifest(session)

@@ -66,3 +66,16 @@ def test_sigterm_says_in_one_line_what_is_kept(tmp_path: Path):
     kept = len((run_dir / "records.jsonl").read_text().splitlines())
     assert err.strip().splitlines() == [f"statusbench: interrupted: {kept} records kept in {run_dir}; "
                                         "run the same command to continue"]
+
+
+def test_a_wrong_model_path_is_one_line_and_leaves_nothing_that_blocks_the_fix(tmp_path: Path):
+    not_a_model = tmp_path / "notes"
+    not_a_model.mkdir()
+    (not_a_model / "readme.txt").write_text("not weights")
+    base = [f"run.root={tmp_path}", "run.name=r", "run.report=false", *GRID]
+    for path, says in ((tmp_path / "no-such-dir", "does not exist"), (not_a_model, "not a model folder")):
+        res = run_cli("model.gguf_package=null", f"model.path={path}", *base)
+        assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    both = run_cli(f"model.path={not_a_model}", *base)  # the preset's package and a path
+    assert both.returncode == 2 and "add model.gguf_package=null" in both.stderr, both.stderr
+    assert not (tmp_path / "status_ablation" / "r" / "manifest.json").exists()

@@ -70,9 +70,11 @@ class ModelConfig:
     tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        require(bool(self.path) != bool(self.gguf_package), "model.path",
-                "set exactly one of model.path (HF id or directory) and model.gguf_package "
-                "(to load a local copy: model.path=/dir model.gguf_package=null)")
+        require(bool(self.path or self.gguf_package), "model.path",
+                "set model.path (HF id or directory) or model.gguf_package")
+        require(not (self.path and self.gguf_package), "model.path",
+                f"model {self.name!r} loads its weights from the package {self.gguf_package!r}; to load "
+                f"{self.path!r} instead add model.gguf_package=null")
         require(not self.gguf_package or bool(self.gguf_file), "model.gguf_file", "required with model.gguf_package")
         require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
         for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
@@ -80,7 +82,10 @@ class ModelConfig:
 
     def check_machine(self) -> None:
         if self.path and self.path.startswith(("/", "./", "../", "~")):
-            require(os.path.isdir(os.path.expanduser(self.path)), "model.path", f"directory {self.path!r} does not exist")
+            folder = os.path.expanduser(self.path)
+            require(os.path.isdir(folder), "model.path", f"directory {self.path!r} does not exist")
+            require(os.path.isfile(os.path.join(folder, "config.json")), "model.path",
+                    f"{self.path!r} is not a model folder (it holds no config.json)")
         if self.gguf_package:
             require(importlib.util.find_spec(self.gguf_package) is not None, "model.gguf_package",
                     f"package {self.gguf_package!r} is not installed. {self.install_hint or ''}".strip())

@@ -48,12 +48,11 @@ class OpenRun:
 
 @contextmanager
 def open_run(cfg: Config, run_dir: Path, resolved: dict[str, Any]) -> Iterator[OpenRun]:
-    """Take the job directory's writer lock first, then admit the experiment, then record the config:
-    a process refused (in use, another experiment) has written nothing."""
+    """Take the job directory's writer lock first, then admit the experiment: a process refused (in
+    use, another experiment) has written nothing. The config is recorded by `start_session`."""
     job_dir = shard_dir(Path(run_dir), cfg.run.shard_spec)
     with RunStore(job_dir) as store:
         admission = admit(cfg, Path(run_dir), job_dir, manifest.now())
-        save_hydra_record(job_dir, resolved)
         yield OpenRun(Path(run_dir), job_dir, store, admission, resolved, store.read_manifest().get("sessions", []),
                       {**cfg.model.identity(), "backend": cfg.backend.name})
 
@@ -77,6 +76,9 @@ def pending(plan: list[Sample], run: OpenRun, retry_errors: bool) -> list[Sample
 
 
 def start_session(run: OpenRun, planned: int, new: int) -> dict[str, Any]:
+    """Record the config (.hydra/) and this invocation in the manifest: once the model has loaded, so
+    a model that fails to load leaves no manifest to block the corrected command."""
+    save_hydra_record(run.job_dir, run.resolved)
     session = {"started_at": manifest.now(), "argv": sys.argv[1:], "planned": planned, "new": new,
                "fingerprint": short_hash(run.admission.current)}
     run.write_manifest(session)
