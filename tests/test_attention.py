@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from harness.backends import Backend
+from harness.context import ConditionConfig, view
+from harness.context.bar import Placement, StatusBarConfig
 from harness.errors import ConfigError
 from harness.flow.plan import make_plan
 from harness.measure.attention import store
@@ -22,6 +24,7 @@ from harness.measure.attention.probe import (
 from harness.measure.attention.regions import (
     GENERATED,
     TEMPLATE,
+    episode_region_names,
     message_parts,
     prompt_regions,
 )
@@ -112,9 +115,13 @@ def samples():
     return {s.condition: s for s in make_plan(make_cfg(*GRID))}
 
 
+def _names(episode):
+    return episode_region_names(episode.messages, episode.tags)
+
+
 def _regions(backend, sample):
     req = sample.request
-    parts = message_parts(req.messages, req.messages, sample.episode.messages, sample.episode.tags)
+    parts = message_parts(req.messages, req.messages, req.annotations, _names(sample.episode))
     return prompt_regions(lambda msgs: backend.render(replace(req, messages=msgs)), req.messages, parts)
 
 
@@ -150,9 +157,9 @@ def test_status_merged_into_a_message_is_split_out(tiny, samples):
     system prompt around it keeps its region."""
     sample = samples["status_tail"]
     bar = sample.request.messages[-1]["content"]
-    messages = [{**sample.episode.messages[0], "content": sample.episode.messages[0]["content"] + "\n\n" + bar},
-                *sample.episode.messages[1:]]
-    merged = replace(sample, request=replace(sample.request, messages=messages))
+    shown = view(sample.episode, ConditionConfig(status=StatusBarConfig(placement=Placement.head)))
+    assert shown.messages[0]["content"] == sample.episode.messages[0]["content"] + "\n\n" + bar  # merged
+    merged = replace(sample, request=replace(sample.request, messages=shown.messages, annotations=shown.annotations()))
     regions = _regions(tiny, merged)
     status = [i for i, r in enumerate(regions.char_region) if regions.names[r] == "status"]
     assert regions.text[status[0]:status[-1] + 1] == bar
@@ -299,7 +306,7 @@ def test_regions_on_hermes_converted_prompt(samples):
         return tok.apply_chat_template(to_hermes(msgs, req.tools), tokenize=False, add_generation_prompt=True)
 
     shown = to_hermes(req.messages, req.tools)
-    parts = message_parts(req.messages, shown, samples["status_tail"].episode.messages, samples["status_tail"].episode.tags)
+    parts = message_parts(req.messages, shown, req.annotations, _names(samples["status_tail"].episode))
     regions = prompt_regions(render, req.messages, parts)
     enc = tok(regions.text, add_special_tokens=False, return_offsets_mapping=True)
     token_regions = regions.token_regions(enc["offset_mapping"])
@@ -313,39 +320,45 @@ def test_regions_on_hermes_converted_prompt(samples):
 
 def test_text_a_condition_adds_inside_a_message_is_added(tiny):
     """turn_meta opens the user's question with a <turn_meta> block; a note appended to a tool result
-    (as the loop guard's warnings are): every character either adds is `added`, the original
-    content keeps its region, with the model's own template and with Hermes-converted tool turns."""
+    (as the loop guard's warnings are): what either mechanism marked is its region, the separators
+    they wrote are `added`, the original content keeps its region, with the model's own template and
+    with Hermes-converted tool turns."""
     from transformers import AutoTokenizer
 
     from harness.models import sources
     from harness.render import to_hermes
 
-    sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]", "conditions.turn_meta.turn_meta_last_only=true"))[0]
-    episode, messages = sample.episode, list(sample.request.messages)
+    sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]", "conditions.turn_meta.turn_meta.last_only=true"))[0]
+    episode = sample.episode
+    assert sample.condition_cfg.turn_meta.last_only
+    shown = view(episode, sample.condition_cfg)  # the plan's view, to add a marked note to
+    assert shown.messages == sample.request.messages and shown.annotations() == sample.request.annotations
     question = episode.messages[-1]["content"]
-    prefix = messages[-1]["content"][:messages[-1]["content"].index(question)]
-    assert prefix.startswith("<turn_meta>") and messages[-1]["content"] == prefix + question
-    tool = next(i for i, m in enumerate(messages) if m["role"] == "tool")
-    note = "\n\n[loop guard] 3 consecutive failures with the same arguments: try another approach."
-    messages[tool] = {**messages[tool], "content": messages[tool]["content"] + note}
+    block = shown.messages[-1]["content"][:shown.messages[-1]["content"].index(question)].removesuffix("\n\n")
+    assert block.startswith("<turn_meta>") and shown.messages[-1]["content"] == block + "\n\n" + question
+    tool = next(i for i, m in enumerate(shown.messages) if m["role"] == "tool")
+    note = "[loop guard] 3 consecutive failures with the same arguments: try another approach."
+    shown.extend(tool, note, "loop_guard")  # as the loop guard's step marks its note
+    messages, annotations = shown.messages, shown.annotations()
     hermes_tok = AutoTokenizer.from_pretrained(sources.resolve(make_cfg().model)[0])
 
     def hermes(msgs):
         return hermes_tok.apply_chat_template(to_hermes(msgs, sample.request.tools), tokenize=False,
                                               add_generation_prompt=True)
 
-    for render, shown in ((lambda msgs: tiny.render(replace(sample.request, messages=msgs)), messages),
-                          (hermes, to_hermes(messages, sample.request.tools))):
-        parts = message_parts(messages, shown, episode.messages, episode.tags)
+    for render, as_shown in ((lambda msgs: tiny.render(replace(sample.request, messages=msgs)), messages),
+                             (hermes, to_hermes(messages, sample.request.tools))):
+        parts = message_parts(messages, as_shown, annotations, _names(episode))
         regions = prompt_regions(render, messages, parts)
 
         def chars(name: str, regions=regions) -> str:
             return "".join(c for c, r in zip(regions.text, regions.char_region) if regions.names[r] == name)
 
-        assert chars("added") == note + prefix  # the tool result comes before the last question
+        assert chars("loop_guard") == note and chars("turn_meta") == block
+        assert chars("added") == "\n\n" + "\n\n"  # the note's separator, then the block's
         assert chars("question") == question
         record = chars("call_record_1")
         assert episode.messages[tool]["content"] in record and "[loop guard]" not in record
         if render is hermes:  # the conversion's wrapper stays with the call record, as for unchanged turns
             assert record.endswith("</tool_response>")
-        assert prefix not in chars(TEMPLATE) and "loop guard" not in chars(TEMPLATE)
+        assert block not in chars(TEMPLATE) and "loop guard" not in chars(TEMPLATE)

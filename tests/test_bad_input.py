@@ -21,7 +21,7 @@ BAD = [
     (["model.path=/no/such/model", "model.gguf_package=null"], "model.path: directory '/no/such/model' does not exist"),
     (["model.gguf_package=no_such_weights_pkg"], "model.gguf_package"),
     (["backend=scripted", "backend.path=/no/such/file.jsonl"], "backend.path"),
-    (["conditions.status_tail.format=xml"], "expected one of [kv, prose]"),
+    (["conditions.status_tail.status.format=xml"], "expected one of [kv, prose]"),
     (["condition=[]"], "select at least one condition"),
 ]
 

@@ -6,8 +6,8 @@ import jinja2
 import pytest
 
 import scenarios
-from harness.config.schemas import ConditionConfig
-from harness.context import apply
+from harness.context import ConditionConfig, apply
+from harness.context.bar import StatusBarConfig
 from harness.context.status import RENDERERS, tag, tally
 from harness.render import to_hermes
 from harness.types import Rule
@@ -50,7 +50,7 @@ def test_counts_are_per_company_and_per_tool():
 
 def test_default_grid_prose_is_the_seed_sentence_and_names_an_uncalled_target():
     eps = scenarios.build_episodes(make_cfg().scenario)
-    prose = ConditionConfig(kind="status", format="prose")
+    prose = ConditionConfig(status=StatusBarConfig(format="prose"))
     seed = [ep for ep in eps if ep.params["calls_made"] == 3]
     assert seed and all(apply(ep, prose)[-1]["content"] ==
                         "<agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>" for ep in seed)
@@ -72,8 +72,8 @@ def _episodes():
 @pytest.mark.parametrize("fmt", ["kv", "prose"])
 def test_status_tail_keeps_the_trajectory_byte_identical(fmt):
     for ep in _episodes():
-        base = apply(ep, ConditionConfig(kind="none"))
-        with_bar = apply(ep, ConditionConfig(kind="status", format=fmt))
+        base = apply(ep, ConditionConfig())
+        with_bar = apply(ep, ConditionConfig(status=StatusBarConfig(format=fmt)))
         assert json.dumps(with_bar[:-1]) == json.dumps(base)
         assert with_bar[-1]["role"] == "user" and with_bar[-1]["content"].startswith("<agent_status>")
         assert ep.messages == base  # the episode itself is never mutated
@@ -94,8 +94,8 @@ def test_rendered_prompt_of_none_is_a_prefix_of_status_tail(template, hermes):
         msgs = to_hermes(msgs, ep.tools) if hermes else msgs
         return tpl.render(messages=msgs, tools=None if hermes else ep.tools, add_generation_prompt=gen)
 
-    none = render(apply(ep, ConditionConfig(kind="none")), False)
-    tail = render(apply(ep, ConditionConfig(kind="status")), True)
+    none = render(apply(ep, ConditionConfig()), False)
+    tail = render(apply(ep, ConditionConfig(status=StatusBarConfig())), True)
     assert tail.startswith(none) and "<agent_status>" in tail[len(none):]
 
 

@@ -6,12 +6,14 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.context import ConditionConfig, view
 from harness.context.loop_guard import (
     BLOCK_MESSAGE,
     LoopGuard,
+    LoopGuardConfig,
     call_hash,
-    guard_trajectory,
 )
+from harness.types import Episode, Rule
 
 
 def test_block_message_is_quoted_from_the_seed(seed_text):
@@ -76,6 +78,13 @@ def _round(i: int, args: dict, result: str) -> list[dict]:
     return [{"role": "assistant", "content": "", "tool_calls": [
         {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": json.dumps(args)}}]},
         {"role": "tool", "tool_call_id": f"c{i}", "name": "read_file", "content": result}]
+
+
+def guard_trajectory(messages: list[dict]) -> list[dict]:
+    """The trajectory replayed through the guard: the loop_guard step alone, on a bare episode."""
+    episode = Episode(id="e", scenario="s", family="f", params={}, messages=messages, tools=[],
+                      rule=Rule("read_file", "path", 2), target="a", facts={}, expected="complied")
+    return view(episode, ConditionConfig(loop_guard=LoopGuardConfig())).messages
 
 
 def test_replay_answers_through_the_tool_result():

@@ -6,14 +6,8 @@ import json
 
 import pytest
 
-from harness.context.envelopes import (
-    Diagnostic,
-    WorkingSet,
-    active_paths,
-    diagnostics_message,
-    truncate,
-    turn_meta,
-)
+from harness.context import ConditionConfig, view
+from harness.context.diagnostics import Diagnostic, diagnostics_message
 from harness.context.ledger import (
     PREVIEW_ADVICE,
     Ledger,
@@ -22,6 +16,15 @@ from harness.context.ledger import (
     read_previews,
     recalled_items,
 )
+from harness.context.loop_guard import LoopGuardConfig
+from harness.context.truncation import truncate
+from harness.context.turn_meta import (
+    TurnMetaConfig,
+    WorkingSet,
+    active_paths,
+    turn_meta,
+)
+from harness.types import Episode, Rule
 
 DIAG = """<diagnostics file="crates/tui/src/foo.rs">
   ERROR [12:8] missing semicolon
@@ -52,6 +55,12 @@ def test_truncation_envelope():
     text = "x" * 1000
     assert truncate(text, 1000) == text
     assert truncate(text, 300) == "x" * 300 + "\n(Original: 1000 chars, omitted: 700 chars.)"
+
+
+def _episode(messages: list) -> Episode:
+    """A bare episode around `messages` (what the pipeline's steps read of it)."""
+    return Episode(id="e", scenario="s", family="f", params={}, messages=messages, tools=[],
+                   rule=Rule("read_file", "path", 2), target="a", facts={}, expected="complied")
 
 
 def _call(path: str) -> dict:
@@ -105,12 +114,9 @@ def test_read_previews_keep_the_last_12_with_the_advice_line():
 
 def test_one_argument_decoder_one_error_policy():
     from harness.context.calls import call_arguments
-    from harness.context.envelopes import active_paths
-    from harness.context.loop_guard import guard_trajectory
     from harness.context.status import tally
     from harness.errors import ConfigError
     from harness.render import to_hermes
-    from harness.types import Rule
 
     def call(args):
         return {"id": "k", "type": "function", "function": {"name": "read_file", "arguments": args}}
@@ -118,7 +124,8 @@ def test_one_argument_decoder_one_error_policy():
     assert call_arguments(call('{"path": "a"}')) == call_arguments(call({"path": "a"})) == {"path": "a"}
     assert call_arguments(call("")) == call_arguments(call(None)) == {}
     bad = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": [call('{"path": ')]}]
-    users = [lambda: tally(bad, Rule("read_file", "path", 2)), lambda: guard_trajectory(bad),
+    guarded = ConditionConfig(loop_guard=LoopGuardConfig())
+    users = [lambda: tally(bad, Rule("read_file", "path", 2)), lambda: view(_episode(bad), guarded),
              lambda: active_paths(bad), lambda: to_hermes(bad, [])]
     for use in users:
         with pytest.raises(ConfigError, match=r"tool call k \(read_file\): arguments are not valid JSON"):
@@ -128,7 +135,7 @@ def test_one_argument_decoder_one_error_policy():
 
 
 def test_working_set_from_the_workspace_listing_shows_directories_as_directories():
-    from harness.context.envelopes import working_set
+    from harness.context.turn_meta import working_set
 
     files = ["README.md", "pyproject.toml", "src/app/main.py", "tests/test_app.py", "docs/"]
     msgs = [_call("tests/"), _call("src/app"), _call("/repo/docs"), _call("src/app/main.py")]
@@ -143,7 +150,6 @@ def test_working_set_from_the_workspace_listing_shows_directories_as_directories
 def test_turn_meta_step_every_message_dedup_and_model_from_the_run():
     from dataclasses import replace
 
-    from harness.config.schemas import ConditionConfig
     from harness.context import apply
     from harness.flow.plan import make_plan
     from tests.conftest import make_cfg
@@ -153,7 +159,8 @@ def test_turn_meta_step_every_message_dedup_and_model_from_the_run():
     plan = make_plan(cfg)
     meta = next(s for s in plan if s.condition == "turn_meta")
     plain = next(s for s in plan if s.condition == "none" and s.episode.id == meta.episode.id)
-    assert plain.condition_cfg.meta_model == "auto"  # set only where shown: other arms keep their ids
+    assert plain.condition_cfg.turn_meta is None  # set only where shown: other arms keep their ids
+    assert plain.condition_cfg.identity() == ConditionConfig().identity()
     users = [m["content"] for m in meta.request.messages if m["role"] == "user"]
     assert all(u.startswith("<turn_meta>\nDate: 2026-01-15\nModel: qwen3-8b (thinking: on)\n") for u in users)
     assert "Key files: CHANGELOG.md\nTop-level directories: src/, tests/\n" in users[-1]
@@ -161,7 +168,7 @@ def test_turn_meta_step_every_message_dedup_and_model_from_the_run():
     # before any call the working set is empty: two user messages with no call between share one block
     ep = meta.episode
     ep2 = replace(ep, messages=ep.messages[:2] + [{"role": "user", "content": "Also keep the changelog."}] + ep.messages[2:])
-    out = apply(ep2, ConditionConfig(turn_meta=True))
+    out = apply(ep2, ConditionConfig(turn_meta=TurnMetaConfig()))
     assert out[1]["content"].startswith("<turn_meta>") and out[2]["content"] == "Also keep the changelog."
-    last = apply(ep2, ConditionConfig(turn_meta=True, turn_meta_last_only=True))
+    last = apply(ep2, ConditionConfig(turn_meta=TurnMetaConfig(last_only=True)))
     assert [m["content"].startswith("<turn_meta>") for m in last if m["role"] == "user"] == [False, False, True]

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.context import turn_ends
-from harness.context.loop_guard import guard_trajectory
+from harness.context import ConditionConfig, view
+from harness.context.bar import BarSource, Placement, Update, turn_ends
+from harness.context.history import History
+from harness.context.loop_guard import LoopGuardConfig
+from harness.context.status import Wrapper
+from harness.context.turn_meta import TurnMetaConfig
+from harness.errors import ConfigError
 from harness.flow.plan import make_plan
 from harness.flow.writer import write_bars
 from harness.registry import FAMILIES
@@ -46,16 +51,18 @@ def _bars(messages):
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("guard, meta", [(False, False), (True, False), (False, True), (True, True)])
 def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monkeypatch):
-    cfg = make_cfg("scenario=todo_state", "scenario.ask=[current]", f"condition=[{preset}]",
-                   f"conditions.{preset}.loop_guard={str(guard).lower()}", f"conditions.{preset}.turn_meta={str(meta).lower()}")
-    ccfg = cfg.conditions[preset]
+    cfg = make_cfg("scenario=todo_state", "scenario.ask=[current]", f"condition=[{preset}]")
+    # the two steps switched on or off over the preset's own settings
+    ccfg = cfg.conditions[preset] = replace(cfg.conditions[preset], loop_guard=LoopGuardConfig() if guard else None,
+                                            turn_meta=TurnMetaConfig() if meta else None)
+    bar = ccfg.status
     family = FAMILIES.get("todo_state")
     monkeypatch.setitem(FAMILIES._load(), "todo_state",
                         replace(family, build=lambda scfg: [_repeated_calls_episode(e) for e in family.build(scfg)][:1]))
     sample = make_plan(cfg)[0]
     ep = sample.episode
-    written = write_bars([sample], lambda c: (WriterStub(), cfg.model))  # source=model: the writer's bar goes in
-    messages = sample.request.messages
+    batch, written = write_bars([sample], lambda c: (WriterStub(), cfg.model))  # source=model: the writer's bar goes in
+    messages = batch[0].request.messages
     text = json.dumps(messages)
 
     has_tools = any(m["role"] == "tool" for m in messages)
@@ -66,32 +73,47 @@ def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monk
     assert all(not b["content"].startswith("<turn_meta>") for b in _bars(messages)), "a bar never gets the turn meta"
 
     bars = _bars(messages)
-    if ccfg.kind != "status" or ccfg.source == "none":
+    if bar is None:
         assert not bars
-    elif ccfg.source == "model":
+    elif bar.source == BarSource.model:
         # the writer's block body, in the condition's tags (kv: on its own lines)
         assert written[sample.sample_id]["bar"] == bars[-1]["content"] == "<agent_status>\nwritten by the writer model\n</agent_status>"
     else:
-        assert bars and ("<system-reminder>" in bars[-1]["content"]) == (ccfg.wrapper == "system_reminder")
-        assert ('visibility="internal"' in bars[-1]["content"]) == ccfg.internal
-        assert ("retries" in bars[-1]["content"]) == ccfg.side_channel
-        if ccfg.update == "append":
+        assert bars and ("<system-reminder>" in bars[-1]["content"]) == (bar.wrapper == Wrapper.system_reminder)
+        assert ('visibility="internal"' in bars[-1]["content"]) == bar.internal
+        assert ("retries" in bars[-1]["content"]) == bar.side_channel
+        if bar.update == Update.append:
             assert len(bars) == len(turn_ends(ep.messages))
-    if bars and ccfg.placement == "head":
+    if bars and bar.placement == Placement.head:
         assert messages[0]["role"] == "system" and bars == [messages[0]]
-    elif bars and ccfg.placement == "mid":
+    elif bars and bar.placement == Placement.mid:
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         assert messages[last_user - 1]["role"] == "system" and messages[last_user - 1] is bars[-1]
     elif bars:
         assert messages[-1] is bars[-1]
 
-    if ccfg.history == "bar_only":
+    if ccfg.history == History.bar_only:
         assert not has_tools and not any(m.get("tool_calls") for m in messages)
-    if ccfg.history == "compacted" or ccfg.kind.startswith("todo_"):
+    if ccfg.history == History.compacted or ccfg.kind.startswith("todo_"):
         assert len(messages) < len(ep.messages) + len(bars)
     assert ("Active todos resumed after context compaction:" in text) == (ccfg.kind == "todo_compaction")
     assert ("## Cycle State (Auto-Preserved)" in text) == (ccfg.kind == "todo_cycle")
-    if ccfg.kind == "none" and ccfg.history == "full" and not guard and not meta:
+    if ccfg.kind == "none" and ccfg.history == History.full and not guard and not meta:
         assert messages == ep.messages  # the trajectory as is
-    if guard and has_tools and ccfg.history == "full" and ccfg.kind in ("none", "status"):
-        assert [m for m in messages if m["role"] == "tool"] == [m for m in guard_trajectory(ep.messages) if m["role"] == "tool"]
+    if guard and has_tools and ccfg.history == History.full and ccfg.kind in ("none", "status"):
+        guarded = view(ep, ConditionConfig(loop_guard=LoopGuardConfig())).messages  # the guard alone
+        assert [m for m in messages if m["role"] == "tool"] == [m for m in guarded if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("step, on, settings", [("loop_guard", LoopGuardConfig(block_at=4), ["block_at=4"]),
+                                               ("turn_meta", TurnMetaConfig(last_only=True), ["last_only=true"])])
+def test_a_step_is_switched_on_in_any_preset_from_the_command_line(step, on, settings):
+    """The README's `conditions.status_tail.loop_guard.enabled=true`: a mechanism the preset leaves
+    off, switched on with its settings by overrides; settings on a step left off are refused."""
+    prefix = f"conditions.status_tail.{step}"
+    ccfg = make_cfg("condition=[status_tail]", f"{prefix}.enabled=true",
+                    *(f"{prefix}.{s}" for s in settings)).conditions["status_tail"]
+    assert getattr(ccfg, step) == on and ccfg.status is not None
+    assert getattr(make_cfg("condition=[status_tail]").conditions["status_tail"], step) is None
+    with pytest.raises(ConfigError, match=f"condition.{step}: has settings but is off: add {step}.enabled=true"):
+        make_cfg("condition=[status_tail]", *(f"{prefix}.{s}" for s in settings))

@@ -116,7 +116,7 @@ def test_different_episodes_cannot_be_compared(runs, tmp_path, capsys):
 
 def test_changed_prompt_is_named_with_a_diff(runs, tmp_path, capsys):
     # the status bar switched from key-value lines to the seed's prose sentence: same episodes, new prompts
-    prose = scripted_run(tmp_path, "prose", lambda c, i: i % 10 == 0, [*GRID, "conditions.status_tail.format=prose"])
+    prose = scripted_run(tmp_path, "prose", lambda c, i: i % 10 == 0, [*GRID, "conditions.status_tail.status.format=prose"])
     assert regress.main([str(runs["baseline"]), str(prose)]) == 0
     out = capsys.readouterr().out
     assert "none: 0 of 100 episodes changed" in out and "status_tail: 100 of 100 episodes changed" in out

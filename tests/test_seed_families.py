@@ -7,15 +7,21 @@ import json
 import pytest
 
 import scenarios
-from harness.config.schemas import ConditionConfig
-from harness.context import apply
-from harness.context.ledger import PREVIEW_ADVICE
+from harness.context import ConditionConfig, apply
+from harness.context.diagnostics import DiagnosticsConfig
+from harness.context.ledger import PREVIEW_ADVICE, LedgerConfig
+from harness.context.truncation import TruncationConfig
 from harness.types import Completion
 from tests.conftest import make_cfg
 
 
 def _eps(name: str, *overrides: str):
     return scenarios.build_episodes(make_cfg(f"scenario={name}", *overrides).scenario)
+
+
+def ledger(**settings) -> ConditionConfig:
+    """The ledger condition: compacted history, reinjections admitted by the ledger."""
+    return ConditionConfig(history="compacted", ledger=LedgerConfig(**settings))
 
 
 def _label(ep, text: str = "", call: dict | None = None) -> str:
@@ -38,13 +44,13 @@ def test_diagnostics_condition_moves_the_buried_error_into_a_block():
     edit = raw[-2]["content"]
     assert f"error: {error} --> {broken.target}:{line}:{col}" in edit
     assert not edit.split("\n")[1].startswith("error") and edit.count("\n") > 30  # buried in the build output
-    shown = apply(broken, ConditionConfig(diagnostics=True))
+    shown = apply(broken, ConditionConfig(diagnostics=DiagnosticsConfig()))
     assert shown[-3]["content"] == f"Edited {broken.target}: 1 replacement."
     assert shown[-2] == {"role": "user", "content":
                          f'<diagnostics file="{broken.target}">\n  ERROR [{line}:{col}] {error}\n</diagnostics>'}
     assert shown[-1] == raw[-1] and error not in json.dumps(shown[:-2])
     # a clean build: no block at all (absence is silent), only the plain edit result
-    assert [m["role"] for m in apply(clean, ConditionConfig(diagnostics=True))] == [m["role"] for m in clean.messages]
+    assert [m["role"] for m in apply(clean, ConditionConfig(diagnostics=DiagnosticsConfig()))] == [m["role"] for m in clean.messages]
 
 
 def test_diagnostics_grader_on_hand_written_answers():
@@ -70,12 +76,12 @@ def test_truncation_cuts_long_results_with_or_without_the_envelope():
     long, short = eps[(120, "failed")], eps[(12, "failed")]
     log = long.messages[-2]["content"]
     assert len(log) > 1500 and "DEPLOY FAILED" in log.split("\n")[-1] and "FAIL" not in "\n".join(log.split("\n")[:-1])
-    envelope = apply(long, ConditionConfig(truncation="envelope", truncate_chars=1500))[-2]["content"]
-    silent = apply(long, ConditionConfig(truncation="silent", truncate_chars=1500))[-2]["content"]
+    envelope = apply(long, ConditionConfig(truncation=TruncationConfig(mode="envelope", chars=1500)))[-2]["content"]
+    silent = apply(long, ConditionConfig(truncation=TruncationConfig(mode="silent", chars=1500)))[-2]["content"]
     assert silent == log[:1500]
     assert envelope == f"{log[:1500]}\n(Original: {len(log)} chars, omitted: {len(log) - 1500} chars.)"
     for truncation in ("envelope", "silent"):  # the control fits: never cut
-        assert apply(short, ConditionConfig(truncation=truncation)) == short.messages
+        assert apply(short, ConditionConfig(truncation=TruncationConfig(mode=truncation))) == short.messages
 
 
 def test_truncation_grader_on_hand_written_answers():
@@ -100,27 +106,27 @@ def test_ledger_reinjects_previews_under_the_budget_and_drops_what_does_not_fit(
     port = f"port = {near.facts['port']}"
     assert port in json.dumps(apply(near, ConditionConfig()))  # the raw history has it
     assert port not in json.dumps(apply(near, ConditionConfig(history="compacted")))  # the summary loses it
-    shown = apply(near, ConditionConfig(kind="ledger"))
+    shown = apply(near, ledger())
     recall, previews = shown[2]["content"], shown[3]["content"]
     assert recall.startswith("<system-reminder>\n## Recalled items\n") and near.facts["recall"][0] in recall
     assert previews.startswith("<system-reminder>\n## Recent file reads\n") and port in previews
     assert previews.endswith(PREVIEW_ADVICE + "\n</system-reminder>")
     assert shown[4:] == apply(near, ConditionConfig(history="compacted"))[2:]
     # the early read has left the last 12 previews: the ledger cannot bring it back
-    assert f"port = {far.facts['port']}" not in json.dumps(apply(far, ConditionConfig(kind="ledger")))
+    assert f"port = {far.facts['port']}" not in json.dumps(apply(far, ledger()))
     # a budget the previews do not fit: the dry-run skips them, the smaller recall still goes in
-    tight = apply(near, ConditionConfig(kind="ledger", ledger_budget_tokens=len(json.dumps(shown)) // 4 - 150))
+    tight = apply(near, ledger(budget_tokens=len(json.dumps(shown)) // 4 - 150))
     assert "## Recalled items" in tight[2]["content"] and "## Recent file reads" not in json.dumps(tight)
 
 
 def test_ledger_dedups_a_candidate_already_in_the_transcript():
     from dataclasses import replace
     ep = _eps("ledger")[0]
-    once = apply(ep, ConditionConfig(kind="ledger"))
+    once = apply(ep, ledger())
     recall = once[2]
     # the same reminder already sits in the kept turns: byte-identical, so not sent again
     ep2 = replace(ep, messages=ep.messages[:-1] + [recall] + ep.messages[-1:])
-    twice = apply(ep2, ConditionConfig(kind="ledger"))
+    twice = apply(ep2, ledger())
     assert sum(m == recall for m in twice) == 1
 
 
@@ -148,9 +154,9 @@ def test_new_families_are_deterministic_and_checked(family):
     (("scenario=diagnostics", "scenario.log_lines=[1]"), "scenario.log_lines"),
     (("scenario=truncation", "scenario.outcome=[maybe]"), "scenario.outcome"),
     (("scenario=ledger", "scenario.later_reads=[99]"), "scenario.later_reads"),
-    (("condition=[truncate_envelope]", "conditions.truncate_envelope.truncate_chars=0"), "condition.truncate_chars"),
-    (("condition=[truncate_silent]", "conditions.truncate_silent.truncation=sideways"), "truncation"),
-    (("condition=[ledger]", "conditions.ledger.ledger_budget_tokens=0"), "condition.ledger_budget_tokens"),
+    (("condition=[truncate_envelope]", "conditions.truncate_envelope.truncation.chars=0"), "condition.truncation.chars"),
+    (("condition=[truncate_silent]", "conditions.truncate_silent.truncation.mode=sideways"), "conditions.truncate_silent.truncation.mode"),
+    (("condition=[ledger]", "conditions.ledger.ledger.budget_tokens=0"), "condition.ledger.budget_tokens"),
 ])
 def test_bad_values_are_named(overrides, key):
     from harness.errors import ConfigError
@@ -161,4 +167,4 @@ def test_bad_values_are_named(overrides, key):
 def test_ledger_condition_needs_a_compaction_point():
     from harness.errors import ConfigError
     with pytest.raises(ConfigError, match="condition.history"):
-        apply(_eps("truncation")[0], ConditionConfig(kind="ledger"))
+        apply(_eps("truncation")[0], ledger())

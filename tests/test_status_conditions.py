@@ -8,10 +8,12 @@ import jinja2
 import pytest
 
 import scenarios
-from harness.config.schemas import ConditionConfig
-from harness.context import apply, turn_ends
-from harness.context.status import corrupt, tally
+from harness.context import ConditionConfig, apply
+from harness.context.bar import BarSource, Placement, StatusBarConfig, Update, turn_ends
+from harness.context.loop_guard import LoopGuardConfig
+from harness.context.status import Wrapper, corrupt, tally
 from harness.context.strategy import STRATEGIES, reuse_table
+from harness.context.turn_meta import TurnMetaConfig
 from harness.errors import ConfigError
 from harness.render import to_hermes
 from tests.conftest import REPO, make_cfg, shared_template
@@ -25,39 +27,45 @@ EP = _episodes("scenario.other_companies=[2]", "scenario.calls_made=[3]")[0]
 BASE = apply(EP, ConditionConfig())
 
 
+def bar(**status) -> ConditionConfig:
+    """A condition showing the bar, with these bar settings."""
+    return ConditionConfig(status=StatusBarConfig(**status))
+
+
 def test_tail_head_mid_placements():
-    tail = apply(EP, ConditionConfig(kind="status"))
+    tail = apply(EP, bar())
     assert tail[:-1] == BASE and tail[-1]["role"] == "user" and tail[-1]["content"].startswith("<agent_status>")
-    head = apply(EP, ConditionConfig(kind="status", placement="head"))
+    head = apply(EP, bar(placement="head"))
     assert len(head) == len(BASE) and head[1:] == BASE[1:] and head[0]["role"] == "system"
     assert head[0]["content"].startswith(BASE[0]["content"] + "\n\n<agent_status>")  # merged: prefix changes
-    mid = apply(EP, ConditionConfig(kind="status", placement="mid"))
+    mid = apply(EP, bar(placement="mid"))
     assert mid[:-2] == BASE[:-1] and mid[-2]["role"] == "system" and mid[-1] == BASE[-1]
     assert tail[-1]["content"] == head[0]["content"].split("\n\n")[-1] == mid[-2]["content"]
 
 
 def test_tags_wrapper_and_visibility_switch_independently():
-    plain = apply(EP, ConditionConfig(kind="status", format="prose"))[-1]["content"]
-    internal = apply(EP, ConditionConfig(kind="status", format="prose", internal=True))[-1]["content"]
-    both = apply(EP, ConditionConfig(kind="status", format="prose", internal=True, wrapper="system_reminder"))[-1]["content"]
+    plain = apply(EP, bar(format="prose"))[-1]["content"]
+    internal = apply(EP, bar(format="prose", internal=True))[-1]["content"]
+    both = apply(EP, bar(format="prose", internal=True, wrapper=Wrapper.system_reminder))[-1]["content"]
     assert internal == plain.replace("<agent_status>", '<agent_status visibility="internal">')
     assert both == f"<system-reminder>\n{internal}\n</system-reminder>"
-    wrapped = apply(EP, ConditionConfig(kind="status", wrapper="system_reminder"))[-1]["content"]
+    wrapped = apply(EP, bar(wrapper=Wrapper.system_reminder))[-1]["content"]
     assert wrapped.startswith("<system-reminder>\n<agent_status>\n") and wrapped.endswith("</agent_status>\n</system-reminder>")
 
 
-def test_source_none_adds_nothing_and_bar_only_drops_call_records():
-    assert apply(EP, ConditionConfig(kind="status", source="none")) == BASE
-    bar_only = apply(EP, ConditionConfig(kind="status", history="bar_only"))
+def test_a_source_without_facts_adds_nothing_and_bar_only_drops_call_records():
+    # source=model supplies no facts: without a writer's text there is no bar
+    assert apply(EP, bar(source=BarSource.model)) == BASE
+    bar_only = apply(EP, ConditionConfig(history="bar_only", status=StatusBarConfig()))
     assert not any(m["role"] == "tool" or m.get("tool_calls") for m in bar_only)
-    assert bar_only[-1] == apply(EP, ConditionConfig(kind="status"))[-1]  # facts still from the full trajectory
+    assert bar_only[-1] == apply(EP, bar())[-1]  # facts still from the full trajectory
     assert [m["role"] for m in bar_only] == ["system", "user", "assistant", "user", "user"]
 
 
 def test_corruption_is_seeded_and_off_by_one():
-    cfg = ConditionConfig(kind="status", source="corrupted", corrupt_fraction=0.25)
+    cfg = bar(source="corrupted", corrupt_fraction=0.25)
     first, again = apply(EP, cfg)[-1]["content"], apply(EP, cfg)[-1]["content"]
-    assert first == again and first != apply(EP, ConditionConfig(kind="status"))[-1]["content"]
+    assert first == again and first != apply(EP, bar())[-1]["content"]
     truth = tally(EP.messages, EP.rule)
     for key in [EP.id, "another", "third"]:
         wrong = corrupt(truth, 0.25, key)
@@ -71,24 +79,24 @@ def test_corruption_is_seeded_and_off_by_one():
 
 
 def test_side_channel_adds_volatile_signals_reproducibly():
-    cfg = ConditionConfig(kind="status", side_channel=True)
+    cfg = bar(side_channel=True)
     text = apply(EP, cfg)[-1]["content"]
     assert text == apply(EP, cfg)[-1]["content"]
     lines = text.split("\n")
     assert lines[-4].startswith("time: ") and lines[-4].endswith(" UTC") and lines[-3].startswith("last call duration: ")
     assert lines[-2].startswith("retries: ")
-    assert "\n".join(lines[:-4]) == apply(EP, ConditionConfig(kind="status"))[-1]["content"].rsplit("\n", 1)[0]
+    assert "\n".join(lines[:-4]) == apply(EP, bar())[-1]["content"].rsplit("\n", 1)[0]
 
 
 def test_turn_meta_last_only_is_the_first_block_of_the_last_user_message():
-    out = apply(EP, ConditionConfig(turn_meta=True, turn_meta_last_only=True, date="2026-02-03"))
+    out = apply(EP, ConditionConfig(turn_meta=TurnMetaConfig(last_only=True, date="2026-02-03")))
     assert out[:-1] == BASE[:-1]
     assert out[-1]["content"].startswith("<turn_meta>\nDate: 2026-02-03\n")
     assert out[-1]["content"].endswith("</turn_meta>\n\n" + BASE[-1]["content"])
 
 
 def test_turn_meta_opens_every_user_message_with_its_own_working_set():
-    out = apply(EP, ConditionConfig(turn_meta=True, date="2026-02-03", meta_model="qwen3-8b", meta_thinking="on"))
+    out = apply(EP, ConditionConfig(turn_meta=TurnMetaConfig(date="2026-02-03", model="qwen3-8b", thinking="on")))
     users = [i for i, m in enumerate(BASE) if m["role"] == "user"]
     assert len(users) == 2 and [i for i, m in enumerate(out) if m["content"] != BASE[i]["content"]] == users[:1]
     assert out[users[0]]["content"].startswith("<turn_meta>\nDate: 2026-02-03\nModel: qwen3-8b (thinking: on)\n")
@@ -103,13 +111,16 @@ def test_compaction_needs_a_compaction_point():
 
 
 # enumerations fail at composition, naming the full key and the allowed values
-@pytest.mark.parametrize("override, key", [("placement=side", r"expected one of \[tail, head, mid\].*conditions.status_tail.placement"),
-                                           ("source=model2", "conditions.status_tail.source"),
-                                           ("corrupt_fraction=0", "condition.corrupt_fraction"), ("date=today", "condition.date"),
-                                           ("history=none", "conditions.status_tail.history"), ("wrapper=xml", "conditions.status_tail.wrapper")])
-def test_bad_condition_values_name_the_key(override, key):
+@pytest.mark.parametrize("preset, override, key", [
+    ("status_tail", "status.placement=side", r"expected one of \[tail, head, mid\].*conditions.status_tail.status.placement"),
+    ("status_tail", "status.source=model2", "conditions.status_tail.status.source"),
+    ("status_tail", "status.corrupt_fraction=0", "condition.status.corrupt_fraction"),
+    ("turn_meta", "turn_meta.date=today", "condition.turn_meta.date"),
+    ("status_tail", "history=none", "conditions.status_tail.history"),
+    ("status_tail", "status.wrapper=xml", "conditions.status_tail.status.wrapper")])
+def test_bad_condition_values_name_the_key(preset, override, key):
     with pytest.raises(ConfigError, match=key):
-        make_cfg("condition=[status_tail]", f"conditions.status_tail.{override}")
+        make_cfg(f"condition=[{preset}]", f"conditions.{preset}.{override}")
 
 
 def test_every_condition_file_composes_and_applies_to_xfinity():
@@ -127,9 +138,9 @@ def test_a_strict_template_rejects_the_mid_system_message():
     env.globals["strftime_now"] = lambda fmt: "2026-01-15"
     tpl = env.from_string(shared_template("Mistral-Small-3.2-24B-Instruct-2506.jinja"))
     render = lambda msgs: tpl.render(messages=to_hermes(msgs, EP.tools), bos_token="", eos_token="")  # noqa: E731
-    render(apply(EP, ConditionConfig(kind="status", placement="head")))
+    render(apply(EP, bar(placement="head")))
     with pytest.raises(jinja2.TemplateError, match="alternate"):
-        render(apply(EP, ConditionConfig(kind="status", placement="mid")))
+        render(apply(EP, bar(placement="mid")))
 
 
 @pytest.mark.model
@@ -152,21 +163,21 @@ def test_hf_backend_turns_a_template_rejection_into_an_error_record():
 
 
 def test_update_strategies_append_keeps_every_bar_replace_only_the_last():
-    replace_ = apply(EP, ConditionConfig(kind="status"))
-    append = apply(EP, ConditionConfig(kind="status", update="append"))
+    replace_ = apply(EP, bar())
+    append = apply(EP, bar(update="append"))
     bars = [m["content"] for m in append if m["content"] and m["content"].startswith("<agent_status>")]
     assert len(bars) == len(turn_ends(EP.messages)) and bars[-1] == replace_[-1]["content"]
     assert [m for m in append if m["content"] not in bars] == BASE  # the trajectory itself untouched
     assert "Calls to Xfinity: 1/3" in "".join(bars[:-1]) and "Maximum calls to Xfinity reached (3/3)" in bars[-1]
-    with pytest.raises(ConfigError, match="condition.update"):
-        ConditionConfig(kind="status", update="append", placement="head")
+    with pytest.raises(ConfigError, match="condition.status.update"):
+        StatusBarConfig(update=Update.append, placement=Placement.head)
 
 
 def test_shared_prefix_per_turn_by_strategy():
     def chars(messages):  # a tokenizer whose tokens are characters: prefixes of text are prefixes of ids
         return [ord(c) for c in "".join(f"<{m['role']}>{m.get('content') or ''}{m.get('tool_calls') or ''}" for m in messages)]
 
-    rows = reuse_table(EP, ConditionConfig(kind="status"), chars)
+    rows = reuse_table(EP, StatusBarConfig(), chars)
     by = {(r["strategy"], r["turn"]): r for r in rows}
     turns = len(turn_ends(EP.messages))
     assert {r["strategy"] for r in rows} == set(STRATEGIES) and len(rows) == 3 * turns
@@ -195,7 +206,7 @@ def test_strategy_tokenizes_what_the_backends_send_with_a_native_tools_template(
     tok.chat_template = QWEN3_LIKE
     render = PromptRenderer(tok, model_cfg)
     assert render.native_tools
-    prompt = prompts_by_turn(EP, "replace", ConditionConfig(kind="status"))[-1]
+    prompt = prompts_by_turn(EP, "replace", StatusBarConfig())[-1]
     ids = prompt_tokenizer(tok, model_cfg)(prompt, EP.tools)
     text = tok.decode(ids)
     assert "<tools>" in text and json.dumps(EP.tools[0]["function"]["description"])[1:-1] in text
@@ -216,8 +227,8 @@ def test_model_written_bar_two_stage_run(tmp_path):
     writer.write_text(json.dumps({"episode_id": plan[1].episode.id, "condition": "status_model:writer", "text": bar,
                                   "usage": {"prompt_tokens": 321, "completion_tokens": 17}}) + "\n")  # plan[0]: none
     res = run_cli("condition=[status_model]", "backend=scripted", f"backend.path={main}", *grid, f"run.root={tmp_path}",
-                  "run.report=false", f'conditions.status_model.writer_overrides=["backend=scripted","backend.path={writer}"]',
-                  "conditions.status_model.format=prose")
+                  "run.report=false", f'conditions.status_model.status.writer_overrides=["backend=scripted","backend.path={writer}"]',
+                  "conditions.status_model.status.format=prose")
     assert res.returncode == 0, res.stderr
     run_dir = next(tmp_path.rglob("records.jsonl")).parent
     records = {r["episode_id"]: r for r in map(json.loads, (run_dir / "records.jsonl").read_text().splitlines())}
@@ -240,36 +251,35 @@ def test_strategy_command_prints_shared_prefix_tokens_per_turn(capsys):
 
 
 def test_new_condition_fields_at_their_defaults_keep_sample_ids():
-    from harness.flow.plan import condition_identity
-
-    assert condition_identity(ConditionConfig(kind="status", format="prose")) == {"kind": "status", "format": "prose"}
-    assert condition_identity(ConditionConfig(kind="status", placement="mid")) == {"kind": "status", "format": "kv",
-                                                                                   "placement": "mid"}
+    assert bar(format="prose").identity() == {"kind": "status", "format": "prose"}
+    # a bar setting away from its default is named under its mechanism
+    assert bar(placement="mid").identity() == {"kind": "status", "format": "kv", "status": {"placement": "mid"}}
 
 
 def test_corrupting_a_todo_bar_moves_the_in_progress_step():
     ep = scenarios.build_episodes(make_cfg("scenario=todo_state", "scenario.ask=[current]").scenario)[0]
-    true_bar = apply(ep, ConditionConfig(kind="status"))[-1]["content"]
-    wrong_bar = apply(ep, ConditionConfig(kind="status", source="corrupted", corrupt_fraction=1.0))[-1]["content"]
+    true_bar = apply(ep, bar())[-1]["content"]
+    wrong_bar = apply(ep, bar(source="corrupted", corrupt_fraction=1.0))[-1]["content"]
     assert f"in progress: #2 {ep.target}" in true_bar
     assert ep.target not in wrong_bar.split("in progress: ")[1].split("\n")[0]
 
 
 def test_turn_meta_goes_on_the_users_question_not_on_the_bar():
-    meta = apply(EP, ConditionConfig(turn_meta=True, date="2026-02-03"))
-    for cfg in (ConditionConfig(kind="status", turn_meta=True, date="2026-02-03"),
-                ConditionConfig(kind="status", update="append", turn_meta=True, date="2026-02-03")):
+    meta_cfg = TurnMetaConfig(date="2026-02-03")
+    meta = apply(EP, ConditionConfig(turn_meta=meta_cfg))
+    for cfg in (ConditionConfig(status=StatusBarConfig(), turn_meta=meta_cfg),
+                ConditionConfig(status=StatusBarConfig(update=Update.append), turn_meta=meta_cfg)):
         out = apply(EP, cfg)
         assert out[-1]["content"].startswith("<agent_status>") and "<turn_meta>" not in out[-1]["content"]
         assert [m for m in out if not (m["content"] or "").startswith("<agent_status>")] == meta
-    tail = apply(EP, ConditionConfig(kind="status", turn_meta=True, date="2026-02-03"))
-    assert tail[:-1] == meta and tail[-1] == apply(EP, ConditionConfig(kind="status"))[-1]
+    tail = apply(EP, ConditionConfig(status=StatusBarConfig(), turn_meta=meta_cfg))
+    assert tail[:-1] == meta and tail[-1] == apply(EP, bar())[-1]
 
 
 def test_appended_bars_do_not_reset_the_loop_guard():
     ep = next(e for e in _episodes("scenario=loop_guard", "scenario.mode=[identical]", "scenario.repeats=[3]"))
-    guarded = apply(ep, ConditionConfig(loop_guard=True))
-    out = apply(ep, ConditionConfig(kind="status", update="append", loop_guard=True))
+    guarded = apply(ep, ConditionConfig(loop_guard=LoopGuardConfig()))
+    out = apply(ep, ConditionConfig(status=StatusBarConfig(update=Update.append), loop_guard=LoopGuardConfig()))
     assert len([m for m in out if (m["content"] or "").startswith("<agent_status>")]) == len(turn_ends(ep.messages)) > 2
     assert [m for m in out if not (m["content"] or "").startswith("<agent_status>")] == guarded
     assert [m["content"] for m in out if m["role"] == "tool"][-1].startswith("This call (read_file) has already been made 2 times")

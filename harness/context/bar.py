@@ -18,6 +18,7 @@ from harness.registry import Registry
 from harness.types import Episode, Message
 
 from .status import RENDERERS, StatusFacts, Wrapper, corrupt, tag, tally
+from .switch import Switch
 from .transcript import Transcript
 
 REGION = "status"
@@ -46,7 +47,7 @@ class Update(StrEnum):
 
 
 @dataclass
-class StatusBarConfig:
+class StatusBarConfig(Switch):
     format: BarFormat = BarFormat.kv
     # mid: a template may reject a mid-conversation system message -> `error` record
     placement: Placement = Placement.tail

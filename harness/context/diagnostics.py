@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 from harness.types import Episode, Message
 
+from .switch import Switch
 from .transcript import Transcript
 
 REGION = "diagnostics"
 
 
 @dataclass
-class DiagnosticsConfig:
+class DiagnosticsConfig(Switch):
     """Switched on by being present (`diagnostics: {}`); the diagnostics come from the family's episode."""
 
 

@@ -14,6 +14,7 @@ from harness.types import Episode, Message, canonical_json
 
 from .calls import call_arguments
 from .history import Bridge, History, project, summary
+from .switch import Switch
 
 REGION = "ledger"
 
@@ -36,7 +37,7 @@ def already_sent(sent: list[str], text: str) -> bool:
 
 
 @dataclass
-class LedgerConfig:
+class LedgerConfig(Switch):
     """Recalled items and the last file reads' previews reinjected after compaction (`history:
     compacted`), each admitted by the ledger: byte dedup, then a dry-run against the token budget."""
 

@@ -14,6 +14,7 @@ from harness.errors import require
 from harness.types import Episode, canonical_json, sha256
 
 from .calls import call_arguments
+from .switch import Switch
 from .transcript import Transcript
 
 REGION = "loop_guard"
@@ -43,7 +44,7 @@ def is_failure(result: str) -> bool:
 
 
 @dataclass
-class LoopGuardConfig:
+class LoopGuardConfig(Switch):
     """The seed's thresholds: the third identical call in a turn is blocked, 3 failures in a row warn, 8 halt."""
 
     block_at: int = IDENTICAL_CALL_BLOCK_THRESHOLD

@@ -14,7 +14,7 @@ field here and one line in `STEPS`, and a preset YAML. Nothing here mutates the 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Callable, Optional
 
@@ -28,6 +28,7 @@ from .diagnostics import DiagnosticsConfig
 from .history import History, project
 from .ledger import LedgerConfig
 from .loop_guard import LoopGuardConfig
+from .switch import Switch
 from .todo import TodoConfig
 from .transcript import Transcript
 from .truncation import TruncationConfig
@@ -43,18 +44,31 @@ STEPS.add("loop_guard", loop_guard.step)
 STEPS.add("turn_meta", turn_meta.step)
 
 
+def _off(cls: type[Switch]) -> Any:
+    return field(default_factory=lambda: cls(enabled=False))
+
+
 @dataclass
 class ConditionConfig:
+    """Each mechanism's field is its config once built (None: off); in the schema every one is a
+    node that is off until `enabled: true` (harness.context.switch)."""
+
     history: History = History.full
-    todo: Optional[TodoConfig] = None  # the TODO reinjected after compaction, or a new cycle's seed
-    ledger: Optional[LedgerConfig] = None  # recalled items and read previews reinjected after compaction
-    diagnostics: Optional[DiagnosticsConfig] = None
-    truncation: Optional[TruncationConfig] = None
-    loop_guard: Optional[LoopGuardConfig] = None
-    turn_meta: Optional[TurnMetaConfig] = None
-    status: Optional[StatusBarConfig] = None  # the <agent_status> bar
+    todo: Optional[TodoConfig] = _off(TodoConfig)  # the TODO reinjected after compaction, or a new cycle's seed
+    ledger: Optional[LedgerConfig] = _off(LedgerConfig)  # recalled items and read previews reinjected after compaction
+    diagnostics: Optional[DiagnosticsConfig] = _off(DiagnosticsConfig)
+    truncation: Optional[TruncationConfig] = _off(TruncationConfig)
+    loop_guard: Optional[LoopGuardConfig] = _off(LoopGuardConfig)
+    turn_meta: Optional[TurnMetaConfig] = _off(TurnMetaConfig)
+    status: Optional[StatusBarConfig] = _off(StatusBarConfig)  # the <agent_status> bar
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Switch) and not value.enabled:
+                require(value == type(value)(enabled=False), f"condition.{f.name}",
+                        f"has settings but is off: add {f.name}.enabled=true to switch it on")
+                setattr(self, f.name, None)
         require(not (self.todo and self.ledger), "condition.todo", "one reinjection per condition: todo or ledger")
         require(not (self.todo or self.ledger) or self.history == History.compacted, "condition.history",
                 "a reinjection (todo, ledger) stands where compaction removed turns: set history=compacted")

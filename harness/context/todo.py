@@ -18,6 +18,7 @@ from harness.types import Episode, Message
 
 from .calls import call_arguments
 from .history import SUMMARY, Bridge
+from .switch import Switch
 
 REMINDER = "todo_reminder"  # the compaction reinjection
 CYCLE = "cycle_state"  # the cycle seed and its ack
@@ -29,7 +30,7 @@ class Reinject(StrEnum):
 
 
 @dataclass
-class TodoConfig:
+class TodoConfig(Switch):
     """The TODO rebuilt where a compacted history (`history: compacted`) lost it."""
 
     reinject: Reinject = Reinject.compaction

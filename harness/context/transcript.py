@@ -14,6 +14,8 @@ from typing import Any
 
 from harness.types import Message
 
+ADDED = "added"  # region of what an edit writes around a mechanism's text (the separators)
+
 
 @dataclass(frozen=True)
 class Mark:
@@ -25,6 +27,10 @@ class Mark:
 def _content(message: Message) -> str:
     content = message.get("content")
     return content if isinstance(content, str) else ""
+
+
+def _separator(start: int, end: int) -> list[Mark]:
+    return [Mark(start, end, ADDED)] if end > start else []
 
 
 @dataclass
@@ -55,17 +61,18 @@ class Transcript:
         self.insert(len(self.messages), message, region)
 
     def prepend(self, i: int, text: str, region: str, sep: str = "\n\n") -> None:
-        """`text` and `sep` before message i's content; `text` is marked."""
+        """`text` and `sep` before message i's content; `text` is marked, `sep` is `added`."""
         shift = len(text) + len(sep)
         self.messages[i] = {**self.messages[i], "content": f"{text}{sep}{_content(self.messages[i])}"}
-        self.marks[i] = [Mark(0, len(text), region)] + [Mark(m.start + shift, m.end + shift, m.region) for m in self.marks[i]]
+        self.marks[i] = ([Mark(0, len(text), region)] + _separator(len(text), shift)
+                         + [Mark(m.start + shift, m.end + shift, m.region) for m in self.marks[i]])
 
     def extend(self, i: int, text: str, region: str, sep: str = "\n\n") -> None:
-        """`sep` and `text` after message i's content; `text` is marked."""
+        """`sep` and `text` after message i's content; `text` is marked, `sep` is `added`."""
         old = _content(self.messages[i])
         start = len(old) + len(sep)
         self.messages[i] = {**self.messages[i], "content": f"{old}{sep}{text}"}
-        self.marks[i] = self.marks[i] + [Mark(start, start + len(text), region)]
+        self.marks[i] = self.marks[i] + _separator(len(old), start) + [Mark(start, start + len(text), region)]
 
     def replace(self, i: int, content: str, region: str | None = None) -> None:
         """New content for message i: marked as `region`, or (None) still the origin's own text."""

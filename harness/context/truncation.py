@@ -8,6 +8,7 @@ from enum import StrEnum
 from harness.errors import require
 from harness.types import Episode
 
+from .switch import Switch
 from .transcript import Transcript
 
 REGION = "envelope"
@@ -19,7 +20,7 @@ class TruncationMode(StrEnum):
 
 
 @dataclass
-class TruncationConfig:
+class TruncationConfig(Switch):
     mode: TruncationMode = TruncationMode.envelope
     chars: int = 1500  # tool results longer than this are cut to it
 

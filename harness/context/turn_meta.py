@@ -15,13 +15,14 @@ from harness.types import Episode, Message
 
 from .calls import call_arguments
 from .ledger import already_sent
+from .switch import Switch
 from .transcript import Transcript
 
 REGION = "turn_meta"
 
 
 @dataclass
-class TurnMetaConfig:
+class TurnMetaConfig(Switch):
     last_only: bool = False  # the block opens the last user message only
     date: str = "2026-01-15"  # fixed: prompts stay reproducible
     # the model and thinking tier the block names; the run fills them from model.* (harness.flow.plan.with_model)

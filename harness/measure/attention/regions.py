@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from harness.context.transcript import ADDED
 from harness.types import Message
 
 TEMPLATE = "template"  # scaffolding: turn markers, role headers, generation prompt, preamble
-ADDED = "added"  # text a condition added that no mechanism marked
 GENERATED = "generated"  # keys of the completion itself (only in the probe's masses)
 _SENTINEL: Message = {"role": "user", "content": "\x00"}
 _CALL_RECORD = re.compile(r"call_record_\d+")
@@ -70,7 +70,8 @@ def _pieces(text: str, raw: str, marks: list[tuple[int, int, str]], own: str | N
     at = text.find(body) if body else -1
     if at < 0:  # the shown form rewrote the content itself (a natively rendered call): one piece
         whole = own or (marks[0][2] if marks else ADDED)
-        return [(text.strip(), whole)] if text.strip() else []
+        # an empty piece still claims the turn (a native tool call with no content)
+        return [(text.strip(), whole)] if text.strip() or own else []
     shift = at - (len(raw) - len(raw.lstrip()))  # offsets of raw in text
     base = own or ADDED
     pieces, cursor, end = [], at, at + len(body)
