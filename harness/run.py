@@ -29,6 +29,7 @@ from harness.rundir import manifest
 from harness.rundir.store import RunDirError
 
 register()
+MAX_YAML_NODES = 1_000_000  # a config file copied out; far above any real one
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
@@ -120,12 +121,38 @@ def check_yaml(argv: list[str]) -> None:
             dirs.append(Path(arg.split("=", 1)[1]))
     for path in (p for d in dirs for p in sorted(d.rglob("*.yaml"))):
         try:
-            yaml.safe_load(path.read_text())
+            text = path.read_text()
+            # aliases are shared by PyYAML but copied by OmegaConf: a "billion laughs" file hangs it for minutes
+            if expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) > MAX_YAML_NODES:
+                print(f"statusbench: error: {path}: its aliases expand to more than {MAX_YAML_NODES} nodes "
+                      "(a YAML alias bomb?); refused before loading", file=sys.stderr)
+                sys.exit(2)
+            yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
             print(f"statusbench: error: malformed YAML in {path}{where}: {getattr(exc, 'problem', exc)}", file=sys.stderr)
             sys.exit(2)
+
+
+def expanded_nodes(root: Any) -> int:
+    """Nodes of a composed YAML document once every alias is copied out (as OmegaConf does), counted
+    in time linear in the file: each distinct node's size once. A node holding itself counts as
+    unbounded."""
+    import yaml
+
+    sizes: dict[int, float] = {}
+
+    def size(node: Any) -> float:
+        key = id(node)
+        if key not in sizes:
+            sizes[key] = float("inf")  # while counting: reached again means the node holds itself
+            children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                        else node.value if isinstance(node, yaml.SequenceNode) else [])
+            sizes[key] = 1 + sum(size(c) for c in children)
+        return sizes[key]
+
+    return size(root) if root is not None else 0
 
 
 def check_secrets(argv: list[str]) -> None:

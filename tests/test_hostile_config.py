@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from harness.run import expanded_nodes
 from harness.rundir.store import RunStore
 from tests.conftest import run_cli
 
@@ -61,3 +63,28 @@ def test_an_empty_shard_with_the_report_on_says_so(tmp_path: Path):
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "0 samples planned" in res.stdout and "holds none of the plan's episodes; no report" in res.stdout
 
+
+
+def _alias_bomb(config_dir: Path) -> Path:
+    """A "billion laughs" preset: 9 nested levels of 9 aliases, 9^9 strings once copied out."""
+    lines = ['  a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    path = config_dir / "scenario" / "bomb.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text("# @package _global_\nbomb:\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def test_a_yaml_alias_bomb_is_refused_before_loading(tmp_path: Path):
+    bomb = _alias_bomb(tmp_path / "conf")
+    res = run_cli("--config-dir", str(tmp_path / "conf"), "scenario=bomb", f"run.root={tmp_path / 'root'}", timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"statusbench: error: {bomb}: its aliases expand to more than 1000000 nodes "
+                                  "(a YAML alias bomb?); refused before loading")
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("text, nodes", [("base: &b {x: 1, y: 2}\nm: {<<: *b, z: 3}\n", 17),
+                                         ("a: &a [1, *a]\n", float("inf")), ("", 0)])
+def test_aliases_are_counted_as_copied(text: str, nodes: float):
+    assert expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) == nodes
