@@ -88,3 +88,23 @@ def test_a_yaml_alias_bomb_is_refused_before_loading(tmp_path: Path):
                                          ("a: &a [1, *a]\n", float("inf")), ("", 0)])
 def test_aliases_are_counted_as_copied(text: str, nodes: float):
     assert expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) == nodes
+
+
+def test_a_run_root_that_cannot_hold_directories_is_one_line(tmp_path: Path):
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"text": "no"}) + "\n")
+    res = run_cli("run.root=/proc", "run.name=r", "backend=scripted", f"backend.path={completions}",
+                  "backend.match=order", timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == ("statusbench: error: run.root: cannot create the run directory "
+                                  "/proc/status_ablation/r (No such file or directory); choose a writable run.root")
+
+
+@pytest.mark.parametrize("key", ["run.name", "experiment.name"])
+def test_a_name_longer_than_a_file_system_takes_is_refused(tmp_path: Path, key: str):
+    name = "x" * 300
+    res = run_cli(f"{key}={name}", f"run.root={tmp_path}", timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"statusbench: error: {key}: not a directory name: {name!r} "
+                                  "(one path component, at most 255 bytes)")
+    assert not any(tmp_path.iterdir())
