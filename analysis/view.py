@@ -15,7 +15,7 @@ from pathlib import Path
 
 from analysis import browser
 from analysis.load import load_records
-from analysis.report import default_out
+from analysis.report import default_out, runs_among
 
 PAGE = "samples.html"
 MAX_CONNECTIONS = 16  # connections served at once by --serve; more are closed, not given threads
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"statusbench: error: --serve {args.serve}: a port is 0 to 65535 (0: any free port)", file=sys.stderr)
         return 2
     try:
-        path = write_page(args.run_dirs, args.out, args.limit)
+        path = write_page(runs_among(args.run_dirs), args.out, args.limit)
     except (FileNotFoundError, ValueError) as exc:
         print(f"statusbench: error: {exc}", file=sys.stderr)
         return 2

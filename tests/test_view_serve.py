@@ -13,21 +13,8 @@ from pathlib import Path
 import pytest
 
 from analysis import view
-from harness.rundir.store import RunStore
-from harness.types import Record
 from tests.conftest import REPO
-
-
-def _run(run_dir: Path) -> Path:
-    record = Record(sample_id="s0", episode_id="e", scenario="s", family="f", params={}, condition="none",
-                    condition_config={}, model="m", model_path=None, backend="scripted", generation={}, replicate=0,
-                    seed=0, prompt_sha256="p0", prompt_tokens=1, cached_prompt_tokens=None, completion_tokens=1,
-                    thinking_tokens=0, answer_tokens=1, text="scripted answer", reasoning="", tool_calls=[],
-                    label="refused", correct=True, expected="refused", latency_s=0.1, finish_reason="stop",
-                    error=None, scripted=True, created_at="2026-01-01T00:00:00.000000+00:00")
-    with RunStore(run_dir) as store:
-        store.append([record], [{"prompt_sha256": "p0", "messages": [{"role": "user", "content": "hi"}], "tools": []}])
-    return run_dir
+from tests.test_report_args import fake_run
 
 
 def _get(port: int, path: str, host: str | None = None) -> tuple[int, bytes]:
@@ -42,7 +29,7 @@ def _get(port: int, path: str, host: str | None = None) -> tuple[int, bytes]:
 
 
 def test_two_runs_served_expose_only_their_page(tmp_path: Path):
-    a, b = _run(tmp_path / "w" / "a"), _run(tmp_path / "w" / "b")
+    a, b = fake_run(tmp_path / "w" / "a"), fake_run(tmp_path / "w" / "b")
     (tmp_path / "w" / "secret.txt").write_text("not for the browser")
     proc = subprocess.Popen([sys.executable, "-m", "analysis.view", str(a), str(b), "--serve", "0"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -96,7 +83,7 @@ def test_half_open_connections_do_not_make_as_many_threads(server):
 
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_a_port_out_of_range_is_one_line(tmp_path: Path, port: str, capsys):
-    assert view.main([str(_run(tmp_path / "r")), "--serve", port]) == 2
+    assert view.main([str(fake_run(tmp_path / "r")), "--serve", port]) == 2
     err = capsys.readouterr().err
     assert err == f"statusbench: error: --serve {port}: a port is 0 to 65535 (0: any free port)\n"
 
@@ -106,7 +93,7 @@ def test_a_port_in_use_is_one_line(tmp_path: Path, capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert view.main([str(_run(tmp_path / "r")), "--serve", str(port)]) == 2
+        assert view.main([str(fake_run(tmp_path / "r")), "--serve", str(port)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"statusbench: error: cannot serve on 127.0.0.1:{port}: Address already in use;")
     assert err.count("\n") == 1 and (tmp_path / "r" / view.PAGE).is_file()
