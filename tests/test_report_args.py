@@ -11,9 +11,9 @@ from harness.types import Record
 
 
 def fake_run(run_dir: Path, conditions: tuple[str, ...] = ("none",), model: str = "m", backend: str = "scripted",
-             text: str = "scripted answer") -> Path:
+             text: str = "scripted answer", params: dict | None = None) -> Path:
     """A run directory holding one scripted record per condition (episode e, replicate 0)."""
-    records = [Record(sample_id=f"s-{c}", episode_id="e", scenario="s", family="f", params={}, condition=c,
+    records = [Record(sample_id=f"s-{c}", episode_id="e", scenario="s", family="f", params=params or {}, condition=c,
                       condition_config={}, model=model, model_path=None, backend=backend, generation={}, replicate=0,
                       seed=0, prompt_sha256=f"p-{c}", prompt_tokens=1, cached_prompt_tokens=None, completion_tokens=1,
                       thinking_tokens=0, answer_tokens=1, text=text, reasoning="", tool_calls=[], label="refused",
