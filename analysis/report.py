@@ -19,7 +19,7 @@ from analysis import attention_figures, browser, propensity, tables
 from analysis.load import grid_columns, load_records
 from analysis.section import Section
 from analysis.style import num
-from harness.io.files import os_error_message, write_file
+from harness.io.files import os_error_message, remove_stale_temporaries, write_file
 from harness.rundir.layout import find_runs
 
 REPORT_DIR = "report"  # where a report over several runs goes, inside their common parent
@@ -271,6 +271,7 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limi
     out = Path(out_dir) if out_dir else default_out(run_dirs)
     df = load_records(run_dirs)  # first: a mistyped run directory must not be left behind as an empty folder
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)  # hidden files of a report killed mid-write
     if df.empty:
         text = "# statusbench report\n\nNo records yet.\n"
     else:

@@ -1,11 +1,16 @@
-"""What a newcomer types: a shell glob over a folder of runs (which holds the last report too), runs
-that do not share every condition. Small hand-built runs, so these run in seconds."""
+"""What a newcomer meets: a shell glob over a folder of runs (which holds the last report too), runs
+that do not share every condition, a corrupt parquet cache, a killed report's hidden files. Small
+hand-built runs, so these run in seconds."""
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 from pathlib import Path
 
 from analysis import report
-from analysis.load import load_records
+from analysis.load import CACHE_NAME, load_records, load_run
+from harness.io.files import TMP_MARK
 from harness.rundir.store import RunStore
 from harness.types import Record
 
@@ -54,3 +59,31 @@ def test_a_condition_one_run_lacks_shows_a_dash_not_nan(tmp_path: Path):
     cell = side.set_index("condition").loc["status_tail", "r2"]
     assert cell == "–"
     assert "nan" not in side.to_markdown(index=False)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+def test_a_corrupt_parquet_cache_is_named_and_rebuilt(tmp_path: Path, caplog):
+    import pyarrow.parquet as pq
+
+    run = fake_run(tmp_path / "r", ("none", "status_tail"))
+    (run / CACHE_NAME).write_bytes(b"not parquet")
+    with caplog.at_level(logging.WARNING):
+        assert len(load_run(run)) == 2
+    assert f"{run / CACHE_NAME} is unreadable (" in caplog.text and "it is only a cache of records.jsonl: rebuilding it" in caplog.text
+    assert pq.read_table(run / CACHE_NAME).num_rows == 2
+
+
+def test_a_killed_reports_hidden_files_are_removed_on_the_next(tmp_path: Path):
+    run = fake_run(tmp_path / "r")
+    dead, live = _dead_pid(), 1  # pid 1 (init) outlives the test
+    stale = [run / f".report.html{TMP_MARK}{dead}", run / f".{CACHE_NAME}{TMP_MARK}{dead}",
+             run / f".accuracy_by_condition.png{TMP_MARK}{dead}"]
+    kept = run / f".report.md{TMP_MARK}{live}"
+    for p in [*stale, kept]:
+        p.write_bytes(b"half")
+    assert report.main([str(run)]) == 0
+    assert not any(p.exists() for p in stale) and kept.exists()
