@@ -5,6 +5,7 @@ rerun of the same command makes no model call and an interrupted run continues w
 """
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import nullcontext
 import sys
@@ -16,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness.backends import Backend, make_backend
-from harness.config.compose import CONF_DIR, register, to_typed
+from harness.config.compose import CONF_DIR, register, to_typed, user_errors
 from harness.config.schemas import Config
 from harness.errors import ConfigError
 from harness.flow import stages
@@ -166,4 +167,8 @@ def check_secrets(argv: list[str]) -> None:
 if __name__ == "__main__":
     check_secrets(sys.argv[1:])
     check_yaml(sys.argv[1:])
-    main()
+    # Hydra prints its own errors (a typo'd key or option) as several lines, exit 1; raised, they are
+    # said in one line with a did-you-mean and exit 2 (user_errors), like every other bad config
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    with user_errors():
+        main()

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.config.compose import compose_config, group_options
+from harness.errors import ConfigError
 from harness.run import expanded_nodes
 from harness.rundir.store import RunStore
 from tests.conftest import run_cli
@@ -108,3 +110,26 @@ def test_a_name_longer_than_a_file_system_takes_is_refused(tmp_path: Path, key: 
     assert res.stderr.strip() == (f"statusbench: error: {key}: not a directory name: {name!r} "
                                   "(one path component, at most 255 bytes)")
     assert not any(tmp_path.iterdir())
+
+
+TYPOS = [
+    (["scenario.episodes_per_cel=1"], "scenario.episodes_per_cel: unknown key (did you mean scenario.episodes_per_cell?); "
+                                      "scenario keys: action, call_results, calls_made, "),
+    (["condition=[none,status_tial]"], "condition=status_tial: no such option (did you mean status_tail or "),
+    (["model=smollm"], "model=smollm: no such option (did you mean smollm2-135m?); model options: deepseek-v3.1, "),
+]
+
+
+@pytest.mark.parametrize("overrides, start", TYPOS, ids=[" ".join(o) for o, _ in TYPOS])
+def test_a_typo_is_one_line_with_a_did_you_mean_and_the_choices(tmp_path: Path, overrides, start):
+    res = run_cli(*overrides, f"run.root={tmp_path}", timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"statusbench: error: {start}") and res.stderr.count("\n") == 1, res.stderr
+    assert "_schema" not in res.stderr and "+scenario" not in res.stderr and "Traceback" not in res.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_tools_composing_a_config_say_the_same():
+    with pytest.raises(ConfigError, match=r"^condition=status_tial: no such option \(did you mean status_tail"):
+        compose_config(["condition=[none,status_tial]"])
+    assert "status_tail" in group_options("condition") and not [o for o in group_options("condition") if "schema" in o]
