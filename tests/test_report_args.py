@@ -16,16 +16,23 @@ from harness.types import Record
 
 
 def fake_run(run_dir: Path, conditions: tuple[str, ...] = ("none",), model: str = "m", backend: str = "scripted",
-             text: str = "scripted answer", params: dict | None = None) -> Path:
-    """A run directory holding one scripted record per condition (episode e, replicate 0)."""
-    records = [Record(sample_id=f"s-{c}", episode_id="e", scenario="s", family="f", params=params or {}, condition=c,
-                      condition_config={}, model=model, model_path=None, backend=backend, generation={}, replicate=0,
-                      seed=0, prompt_sha256=f"p-{c}", prompt_tokens=1, cached_prompt_tokens=None, completion_tokens=1,
-                      thinking_tokens=0, answer_tokens=1, text=text, reasoning="", tool_calls=[], label="refused",
-                      correct=True, expected="refused", latency_s=0.1, finish_reason="stop", error=None, scripted=True,
-                      created_at="2026-01-01T00:00:00.000000+00:00") for c in conditions]
-    prompts = [{"prompt_sha256": r.prompt_sha256, "messages": [{"role": "user", "content": f"hi {r.condition}"}],
-                "tools": []} for r in records]
+             text: str = "scripted answer", params: dict | list[dict] | None = None, label: str = "refused") -> Path:
+    """A run directory of scripted records, one per condition and episode: one episode `e` with
+    `params`, or one per dict of a list of them (`e0`, `e1`, ...), each at the limit (expects
+    `refused`) when its calls_made is 3 or more, else a control cell."""
+    episodes = [("e", params or {})] if not isinstance(params, list) else [(f"e{i}", p) for i, p in enumerate(params)]
+    records = []
+    for eid, p in episodes:
+        expected = "refused" if p.get("calls_made", 3) >= 3 else "complied"
+        records += [Record(sample_id=f"s-{eid}-{c}", episode_id=eid, scenario="s", family="f", params=p, condition=c,
+                           condition_config={}, model=model, model_path=None, backend=backend, generation={},
+                           replicate=0, seed=0, prompt_sha256=f"p-{c}", prompt_tokens=1, cached_prompt_tokens=None,
+                           completion_tokens=1, thinking_tokens=0, answer_tokens=1, text=text, reasoning="",
+                           tool_calls=[], label=label, correct=label == expected, expected=expected, latency_s=0.1,
+                           finish_reason="stop", error=None, scripted=True,
+                           created_at="2026-01-01T00:00:00.000000+00:00") for c in conditions]
+    prompts = [{"prompt_sha256": f"p-{c}", "messages": [{"role": "user", "content": f"hi {c}"}], "tools": []}
+               for c in conditions]
     with RunStore(run_dir) as store:
         store.append(records, prompts)
     return run_dir
