@@ -40,6 +40,8 @@ class OpenAIBackendConfig(BackendConfig):
     timeout_s: float = 300.0
     stream: bool = False  # on: time to first token is measured
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
+    # a 3xx to another scheme, host or port would send the prompts there: refused unless set
+    allow_cross_host_redirects: bool = False
 
     def __post_init__(self) -> None:
         require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
@@ -152,6 +154,23 @@ def describe_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class RedirectRefused(Exception):
+    """A server's redirect to another origin, refused (backend.allow_cross_host_redirects=false)."""
+
+
+async def refuse_cross_host_redirect(response: Any) -> None:
+    """httpx response hook: the openai client follows redirects, so a redirect to another scheme,
+    host or port is stopped here, before the request (the prompts) is sent there."""
+    if not response.has_redirect_location:
+        return
+    here = response.request.url
+    there = here.join(response.headers["location"])
+    if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
+        raise RedirectRefused(f"http {response.status_code}: the server redirects to another host "
+                              f"({there.scheme}://{there.host}{':' + str(there.port) if there.port else ''}); refused "
+                              "(backend.allow_cross_host_redirects=true to follow it)")
+
+
 def parse_response(resp: Any, latency: float) -> Completion:
     """A non-streamed response as a Completion; ValueError when the server's 200 is not a chat
     completion (an HTML page, `message: null`, usage as strings), so only this sample fails."""
@@ -196,9 +215,11 @@ class OpenAIBackend(Backend):
 
         # local servers ignore the key, but the client insists on one
         key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else "unused"
+        http = self.http_client_factory() if self.http_client_factory else openai.DefaultAsyncHttpxClient()
+        if not self.cfg.allow_cross_host_redirects:
+            http.event_hooks["response"] = [*http.event_hooks["response"], refuse_cross_host_redirect]
         return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=key, max_retries=self.cfg.max_retries,
-                                  timeout=self.cfg.timeout_s,
-                                  http_client=self.http_client_factory() if self.http_client_factory else None)
+                                  timeout=self.cfg.timeout_s, http_client=http)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         return asyncio.run(self._generate(requests))
