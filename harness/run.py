@@ -72,6 +72,7 @@ def generate_all(cfg: Config, run: stages.OpenRun, todo: list[Sample], backend: 
             if probe:
                 probe.annotate(batch, completions, records)
             run.store.append(records, prompts)
+    run.model_info.update(backend.describe())  # what generating told (e.g. the model a server reported)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

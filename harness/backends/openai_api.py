@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,6 +25,8 @@ from harness.io.secrets import looks_like_secret, redact
 from harness.io.validate import token_count
 from harness.render import chat_input, split_thinking
 from harness.types import Completion, GenerationSettings, Request
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -200,6 +203,8 @@ class OpenAIBackend(Backend):
     def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, http_client_factory: Any = None):
         self.cfg, self.model_cfg = cfg, model_cfg
         self.model = cfg.served_model or model_cfg.path or model_cfg.name
+        # models the server said it answered with, other than the one asked: counted for the manifest
+        self.reported_models: Counter[str] = Counter()
         # tests hand in an httpx client factory to script the server's answers (429s, 400s)
         self.http_client_factory = http_client_factory
         # the HTTP client logs every request at INFO, which would bury the run's own log
@@ -208,7 +213,18 @@ class OpenAIBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         return {"base_url": self.cfg.base_url, "served_model": self.model, "stream": self.cfg.stream,
-                "concurrency": self.cfg.concurrency}
+                "concurrency": self.cfg.concurrency, "other_models_reported": dict(self.reported_models)}
+
+    def _reported(self, model: Any) -> None:
+        """The `model` a response names: another than the one asked (a dated variant of it, such as
+        gpt-4.1-2025-04-14, is the same) is counted and warned about once."""
+        if not isinstance(model, str) or model.startswith(self.model):
+            return
+        model = self.redact(model)
+        if model not in self.reported_models:
+            log.warning("the server answered as model %r, not %r as asked; counted in manifest.json "
+                        "(model.other_models_reported)", model, self.model)
+        self.reported_models[model] += 1
 
     def _client(self) -> Any:
         import openai
@@ -257,6 +273,7 @@ class OpenAIBackend(Backend):
         if self.cfg.stream:
             return await self._stream(client, kwargs, t0)
         resp = await client.chat.completions.create(**kwargs)
+        self._reported(_get(resp, "model"))
         return parse_response(resp, time.perf_counter() - t0)
 
     @property
@@ -274,6 +291,8 @@ class OpenAIBackend(Backend):
         chunks = 0
         async for chunk in stream:
             chunks += 1
+            if chunks == 1:
+                self._reported(_get(chunk, "model"))
             if chunk.usage is not None:
                 usage = chunk.usage
             for choice in chunk.choices or []:

@@ -1,13 +1,17 @@
 """The openai backend and a server that redirects: to another host (here another port on loopback,
-which is another origin) the prompts are not sent unless backend.allow_cross_host_redirects=true."""
+which is another origin) the prompts are not sent unless backend.allow_cross_host_redirects=true;
+and a server that answers as another model than asked: counted in the manifest, warned about once."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from harness.backends.openai_api import OpenAIBackend
 from harness.flow.plan import make_plan
+from harness.run import execute
 from tests.conftest import make_cfg
 
 
@@ -15,7 +19,7 @@ class _Server:
     """A chat answer to a POST under /moved; any other POST, with redirect_to set, a 307 to the same
     path under /moved at that origin ("self": this server's)."""
 
-    def __init__(self, redirect_to: str | None = None):
+    def __init__(self, redirect_to: str | None = None, model: str = "m"):
         self.posts = 0
         server = self
 
@@ -32,7 +36,7 @@ class _Server:
                     self.send_header("content-length", "0")
                     self.end_headers()
                     return
-                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": model,
                                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"},
                                                 "finish_reason": "stop"}],
                                    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
@@ -82,3 +86,27 @@ def test_a_redirect_to_another_host_is_followed_when_allowed():
         completions = _generate(first.origin, "backend.allow_cross_host_redirects=true")
     assert completions and all(c.error is None and c.text == "done" for c in completions)
     assert other.posts == len(completions)
+
+
+def test_another_model_answering_is_counted_in_the_manifest_and_warned_once(tmp_path: Path, caplog):
+    with _Server(model="cheaper-model") as server, caplog.at_level(logging.WARNING):
+        cfg = make_cfg("backend=openai", f"backend.base_url={server.origin}/moved/v1", "backend.api_key_env=null",
+                       "backend.served_model=asked-model", "backend.max_retries=0", "scenario.calls_made=[3]",
+                       "scenario.placement=[early]", "scenario.episodes_per_cell=2", "condition=[none]",
+                       "run.progress=false", "probe.propensity=false")
+        execute(cfg, {}, tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["model"]["other_models_reported"] == {"cheaper-model": server.posts} and server.posts == 2
+    warned = [r.getMessage() for r in caplog.records if "answered as model" in r.getMessage()]
+    assert warned == ["the server answered as model 'cheaper-model', not 'asked-model' as asked; counted in "
+                      "manifest.json (model.other_models_reported)"]
+
+
+def test_a_dated_variant_of_the_model_asked_is_the_same():
+    with _Server(model="m-2025-04-14") as server:
+        cfg = make_cfg("backend=openai", f"backend.base_url={server.origin}/moved/v1", "backend.api_key_env=null",
+                       "backend.served_model=m", "backend.max_retries=0", "scenario.calls_made=[3]",
+                       "scenario.placement=[early]", "scenario.episodes_per_cell=1", "condition=[none]")
+        backend = OpenAIBackend(cfg.model, cfg.backend)
+        backend.generate([s.request for s in make_plan(cfg)])
+    assert backend.describe()["other_models_reported"] == {}
