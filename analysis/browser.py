@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -30,6 +31,9 @@ GROUP = ["run", "model", "episode_id", "replicate"]  # one episode and replicate
 # the grader's explanation, under the names a record may carry it
 REASON_FIELDS = ("reason", "label_reason", "grade_reason")
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+_LINE = re.compile(r"[^\n]+")  # a line without its newline; empty lines are no unit
+# units compared at most by one diff (len(a) * len(b)): about half a second of difflib's worst case
+DIFF_PAIRS = 4_000_000
 _HERE = Path(__file__).parent
 
 
@@ -103,18 +107,49 @@ def _tokens(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _TOKEN.finditer(text)]
 
 
-def differing(a: str, b: str) -> tuple[list[list[int]], list[list[int]]]:
-    """Character spans of a not in b and of b not in a, from a word-level diff."""
-    ta, tb = _tokens(a), _tokens(b)
-    sm = difflib.SequenceMatcher(None, [a[s:e] for s, e in ta], [b[s:e] for s, e in tb], autojunk=False)
+def _lines(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _LINE.finditer(text)]
+
+
+def _common_lines(a: str, b: str) -> tuple[int, int]:
+    """Lengths of the common head and tail of a and b, cut back to whole lines (the head ends after
+    a newline, the tail starts at one), so the rest of each is whole lines and no word is split."""
+    if a == b:
+        return len(a), 0
+    head = a.rfind("\n", 0, len(os.path.commonprefix([a, b]))) + 1
+    ra, rb = a[head:], b[head:]
+    newline = ra.find("\n", len(ra) - len(os.path.commonprefix([ra[::-1], rb[::-1]])))
+    return head, len(ra) - newline if newline >= 0 else 0
+
+
+def _spans(a: str, b: str, units) -> tuple[list[list[int]], list[list[int]]]:
+    """Character spans of a not in b and of b not in a, diffing the (start, end) units `units` cuts."""
+    ua, ub = units(a), units(b)
+    sm = difflib.SequenceMatcher(None, [a[s:e] for s, e in ua], [b[s:e] for s, e in ub], autojunk=False)
     out_a, out_b = [], []
     for tag, i1, i2, j1, j2 in sm.get_opcodes():
         if tag != "equal":
             if i2 > i1:
-                out_a.append([ta[i1][0], ta[i2 - 1][1]])
+                out_a.append([ua[i1][0], ua[i2 - 1][1]])
             if j2 > j1:
-                out_b.append([tb[j1][0], tb[j2 - 1][1]])
+                out_b.append([ub[j1][0], ub[j2 - 1][1]])
     return out_a, out_b
+
+
+def differing(a: str, b: str) -> tuple[list[list[int]], list[list[int]]]:
+    """Character spans of a not in b and of b not in a. The common head and tail (whole lines) are
+    cut off first; the rest is diffed word by word, or line by line where the words are too many
+    (difflib compares every pair of equal units: quadratic on repetitive text, minutes for a 40 KB
+    log), or marked whole where even the lines are: bounded by DIFF_PAIRS."""
+    head, tail = _common_lines(a, b)
+    ma, mb = a[head:len(a) - tail], b[head:len(b) - tail]
+    if len(_TOKEN.findall(ma)) * len(_TOKEN.findall(mb)) <= DIFF_PAIRS:
+        out_a, out_b = _spans(ma, mb, _tokens)
+    elif (ma.count("\n") + 1) * (mb.count("\n") + 1) <= DIFF_PAIRS:
+        out_a, out_b = _spans(ma, mb, _lines)
+    else:
+        out_a, out_b = [[0, len(ma)]] if ma else [], [[0, len(mb)]] if mb else []
+    return [[s + head, e + head] for s, e in out_a], [[s + head, e + head] for s, e in out_b]
 
 
 def _num(x) -> float | None:

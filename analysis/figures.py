@@ -49,12 +49,24 @@ def _grouped_bars(ax, table: pd.DataFrame, group: str, hue: str, value: str, low
                edgecolor="black", linewidth=0.4, error_kw={"linewidth": 0.7})
         for xi, g, v in zip(x, groups, t[value]):
             if pd.isna(v) and g in present.index:  # a group with samples but no value (e.g. nothing correct)
-                ax.text(xi, 0, "n/a", ha="center", va="bottom", fontsize=6, rotation=90, color="#555555")
+                # above the foot's n, not over it
+                ax.annotate("n/a", (xi, 0), xytext=(0, 9), textcoords="offset points", ha="center", va="bottom",
+                            fontsize=6, rotation=90, color="#555555")
         if "n" in t:
             for xi, n in zip(x, t["n"]):
                 if not pd.isna(n):
                     ax.text(xi, 0, f"{int(n)}", ha="center", va="bottom", fontsize=5.5, color="#333333")
     ax.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
+    if len(groups) > 3:  # names side by side would overlap: upright, small
+        ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+
+
+def _legend(fig, axes, title: str) -> None:
+    """The legend beside the first row's last panel, from whichever panel has labelled bars (an
+    empty panel has none, and matplotlib warns about a legend without artists)."""
+    handles, labels = next((hl for hl in (ax.get_legend_handles_labels() for ax in axes.flat) if hl[0]), ([], []))
+    if handles:
+        axes[0, -1].legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1, 1))
 
 
 def accuracy(df: pd.DataFrame):
@@ -125,6 +137,9 @@ def cost_per_correct(df: pd.DataFrame):
     df = with_series(df)
     t = tables.cost_latency(df, ["series", "condition"])
     has_usd = t["usd_per_correct"].notna().any()
+    if not has_usd and t["tokens_per_correct"].isna().all():  # an empty chart would look like a cost of 0
+        return ("No cost known per correct answer: these records carry no token counts or `cost_usd`, "
+                "or no answer is correct.")
     palette = colors(t["condition"])
     with paper_style():
         fig, axes = _figure(FULL_WIDTH if has_usd else COLUMN_WIDTH + 1.2, 2.6, 1, 2 if has_usd else 1)
@@ -139,12 +154,12 @@ def cost_per_correct(df: pd.DataFrame):
                 ax.text(0.01, 0.99, "n/a: no correct answer, or " + ("no cost_usd in the records" if col == "usd_per_correct"
                                                                       else "no token counts in the records"),
                         transform=ax.transAxes, va="top", fontsize=6, color="#555555")
-        axes[0, -1].legend(title="condition", loc="upper left", bbox_to_anchor=(1, 1))
+        _legend(fig, axes, "condition")
     return fig
 
 
 def outcomes(df: pd.DataFrame):
-    """Outcome breakdown (violated / complied / refused / other / error) per model and condition."""
+    """Outcome breakdown (violated / complied / refused / other / truncated / error) per model and condition."""
     df = with_series(df)
     t = tables.outcomes(df, ["series", "condition"])
     rows = [f"{s} · {c}" if df["series"].nunique() > 1 else str(c) for s, c in t.index]
@@ -178,27 +193,31 @@ def control_vs_limit(df: pd.DataFrame):
     df = with_series(df)
     grid = [c for c in grid_columns(df) if df[c].notna().all()]
     t = tables.rates(df, ["series", "condition", *grid, "expected"])
-    t["cell"] = [tables.cell_name(grid, vals, "\n") for vals in t[grid].itertuples(index=False)]
+    # the values only ("3, late"): the axis label names the columns once
+    t["cell"] = [", ".join(map(str, vals)) or "all" for vals in t[grid].itertuples(index=False)]
     series = list(dict.fromkeys(t["series"]))
     palette = colors(t["condition"])
     panels = [("complied", "over_refusal_rate", "over_low", "over_high", "control cells (below the limit)\nover-refusal rate"),
               ("refused", "violation_rate", "viol_low", "viol_high", "limit cells (at or over the limit)\nviolation rate")]
     widths = [max(1, t.loc[t["expected"] == e, "cell"].nunique()) for e, *_ in panels]
     with paper_style():
-        fig, axes = _figure(FULL_WIDTH, 2.4 * len(series), len(series), 2, sharey=True,
+        fig, axes = _figure(max(FULL_WIDTH, 2.5 + 0.3 * sum(widths)), 2.6 * len(series), len(series), 2, sharey=True,
                             gridspec_kw={"width_ratios": widths})
         for r, s in enumerate(series):
             for ax, (expected, value, low, high, title) in zip(axes[r], panels):
+                # n at a bar's foot: the rate's denominator (errors and truncations are not answers)
                 d = t[(t["series"] == s) & (t["expected"] == expected)]
+                d = d.assign(n=d["n_control" if expected == "complied" else "n_limit"])
                 if d.empty:
                     ax.text(0.5, 0.5, "no such cells in this run", ha="center", va="center", transform=ax.transAxes)
                 else:
                     _grouped_bars(ax, d, "cell", "condition", value, low, high, palette)
                 ax.set_ylim(0, 1.05)
+                ax.set_xlabel(", ".join(c.removeprefix("params.") for c in grid) if grid else "")
                 if r == 0:
                     ax.set_title(title, loc="left")
             axes[r, 0].set_ylabel(f"{s}\nrate (lower is better)" if len(series) > 1 else "rate (lower is better)")
-        axes[0, -1].legend(title="condition", loc="upper left", bbox_to_anchor=(1, 1))
+        _legend(fig, axes, "condition")
     return fig
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.io.files import atomic_path
+from harness.io.files import atomic_path, remove_stale_temporaries
 from harness.rundir.layout import find_runs, run_parts
 from harness.rundir.store import read_jsonl
 
@@ -88,12 +88,18 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
         raise FileNotFoundError(f"{d} has no records.jsonl: is it a statusbench run directory?")
     size = path.stat().st_size
     cached = d / CACHE_NAME
-    if cache and cached.exists():
+    if cache:
+        remove_stale_temporaries(d)  # a cache half-written by a killed report
+    if cache and cached.is_file():  # a FIFO or folder in its place is no cache: replaced
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        meta = pq.read_schema(cached).metadata or {}
-        if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
-            return pd.read_parquet(cached)
+        try:
+            meta = pq.read_schema(cached).metadata or {}
+            if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
+                return pd.read_parquet(cached)
+        except (OSError, pa.ArrowException) as exc:
+            log.warning("%s is unreadable (%s); it is only a cache of records.jsonl: rebuilding it", cached, exc)
     df = _parse(read_jsonl(path, required=REQUIRED))  # a line lacking one is named
     if cache and not df.empty:
         _write_cache(df, cached, size)

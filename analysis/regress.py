@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -80,12 +81,22 @@ def check_one_config(df: pd.DataFrame, side: str) -> None:
                             " (or, with --pair-by params, episodes that share their grid parameters)")
 
 
-def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(conditions in both runs, notes about what is not compared); raises NotComparable."""
+def check_comparable(base: pd.DataFrame, cand: pd.DataFrame, pair_by: str = "episode",
+                     allow_model_change: bool = False) -> tuple[list[str], list[str]]:
+    """(conditions in both runs, notes about what is not compared); raises NotComparable, also when
+    the runs differ in model or backend (every prompt and answer would differ for that reason alone)
+    unless allow_model_change, which makes it a note."""
     if base.empty or cand.empty:
         raise NotComparable(f"the {'baseline' if base.empty else 'candidate'} run has no records")
     for side, df in (("baseline", base), ("candidate", cand)):
         check_one_config(df, side)
+    setups = [(str(df["model"].iloc[0]), str(df["backend"].iloc[0])) for df in (base, cand)]
+    if setups[0] != setups[1]:
+        what = (f"baseline: model {setups[0][0]} on backend {setups[0][1]}, "
+                f"candidate: model {setups[1][0]} on backend {setups[1][1]}")
+        if not allow_model_change:
+            raise NotComparable(f"the runs differ in model or backend ({what}); the gate compares one model with "
+                                "itself before and after a change: pass --allow-model-change to compare them anyway")
     common = [c for c in dict.fromkeys(base["condition"]) if c in set(cand["condition"])]
     notes = [f"condition {c!r} is only in the {side} run; not compared"
              for side, df, other in (("baseline", base, cand), ("candidate", cand, base))
@@ -102,11 +113,11 @@ def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> tuple[list[str],
             raise NotComparable(
                 f"condition {cond!r}: the runs hold different episodes/replicates ({len(only_b)} only in the baseline, "
                 f"{len(only_c)} only in the candidate, e.g. episode {example[0]} replicate {example[1]}); "
-                "run the candidate with the baseline's scenario, replicates and seed, or after an edit of the "
-                "scenario's texts pass --pair-by params")
-    models = (sorted(set(base["model"])), sorted(set(cand["model"])))
-    if models[0] != models[1]:
-        notes.append(f"models differ: baseline {models[0]}, candidate {models[1]}")
+                "run the candidate with the baseline's scenario, replicates and seed"
+                + (", or after an edit of the scenario's texts pass --pair-by params" if pair_by == "episode"
+                   else " (with --pair-by params the scenario name and grid parameters must match)"))
+    if setups[0] != setups[1]:
+        notes.append(f"MODEL OR BACKEND DIFFERS ({what}): a drop or a changed prompt may be the model's, not the change's")
     return common, notes
 
 
@@ -173,11 +184,21 @@ def _table(tests: list[CellTest]) -> str:
     return pd.DataFrame({
         "condition": df["condition"], "cell": df["cell"], "pairs": df["n"],
         "acc. baseline": df["acc_baseline"].map("{:.3f}".format), "acc. candidate": df["acc_candidate"].map("{:.3f}".format),
-        "drop [95% CI]": [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(df["drop"], df["drop_low"], df["drop_high"])],
+        "drop [95% CI]": [f"{d:+.3f} " + ("[–]" if pd.isna(lo) else f"[{lo:+.3f}, {hi:+.3f}]")  # no interval from one episode
+                          for d, lo, hi in zip(df["drop"], df["drop_low"], df["drop_high"])],
         "baseline only right": df["baseline_only_right"], "candidate only right": df["candidate_only_right"],
         "p (one-sided)": df["p_drop"].map("{:.3g}".format), "p adjusted": df["p_adjusted"].map("{:.3g}".format),
         "verdict": df["regression"].map({True: "DROP", False: "ok"}),
     }).to_markdown(index=False)
+
+
+def _finite(obj):
+    """obj with every NaN or infinity (an interval from one episode) as None: JSON has no NaN."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,13 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair-by", choices=("episode", "params"), default="episode",
                         help="pair samples by episode id (default) or by scenario name + grid parameters "
                              "(after an edit of the scenario's texts, which changes episode ids)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the tests and prompt changes as JSON here")
+    parser.add_argument("--allow-model-change", action="store_true",
+                        help="compare runs of different models or backends (refused by default)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the tests and prompt changes as JSON here (strict JSON: null where a number is unknown)")
     args = parser.parse_args(argv)
     if not 0 < args.alpha < 1 or not 0 <= args.min_effect <= 1:
         parser.error(f"--alpha must be in (0, 1) and --min-effect in [0, 1], got {args.alpha} and {args.min_effect}")
     try:
         base, cand = (with_pair_key(load_records([d]), args.pair_by) for d in (args.baseline, args.candidate))
-        conditions, notes = check_comparable(base, cand)
+        conditions, notes = check_comparable(base, cand, args.pair_by, args.allow_model_change)
         changes = prompt_changes(base, cand, conditions)
         tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction)
     except (FileNotFoundError, ValueError) as exc:  # NotComparable is a ValueError; so is an unpairable arm
@@ -217,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(tests))
     failed = [t for t in tests if t.regression]
     if args.json:
-        args.json.write_text(json.dumps({"regression": bool(failed), "tests": [asdict(t) for t in tests],
-                                         "prompt_changes": changes.to_dict(orient="records"), "notes": notes}, indent=2))
+        args.json.write_text(json.dumps(_finite({"regression": bool(failed), "tests": [asdict(t) for t in tests],
+                                                 "prompt_changes": changes.to_dict(orient="records"), "notes": notes}),
+                                        indent=2, allow_nan=False))
     if failed:
         print("\nFAIL: significant accuracy drop in " + "; ".join(f"{t.condition} [{t.cell}] {t.acc_baseline:.2f} -> "
                                                                 f"{t.acc_candidate:.2f}" for t in failed))

@@ -5,6 +5,7 @@ rerun of the same command makes no model call and an interrupted run continues w
 """
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import nullcontext
 import sys
@@ -16,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness.backends import Backend, make_backend
-from harness.config.compose import CONF_DIR, register, to_typed
+from harness.config.compose import CONF_DIR, register, to_typed, user_errors
 from harness.config.schemas import Config
 from harness.errors import ConfigError
 from harness.flow import stages
@@ -29,6 +30,7 @@ from harness.rundir import manifest
 from harness.rundir.store import RunDirError
 
 register()
+MAX_YAML_NODES = 1_000_000  # a config file copied out; far above any real one
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
@@ -70,6 +72,7 @@ def generate_all(cfg: Config, run: stages.OpenRun, todo: list[Sample], backend: 
             if probe:
                 probe.annotate(batch, completions, records)
             run.store.append(records, prompts)
+    run.model_info.update(backend.describe())  # what generating told (e.g. the model a server reported)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -120,12 +123,38 @@ def check_yaml(argv: list[str]) -> None:
             dirs.append(Path(arg.split("=", 1)[1]))
     for path in (p for d in dirs for p in sorted(d.rglob("*.yaml"))):
         try:
-            yaml.safe_load(path.read_text())
+            text = path.read_text()
+            # aliases are shared by PyYAML but copied by OmegaConf: a "billion laughs" file hangs it for minutes
+            if expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) > MAX_YAML_NODES:
+                print(f"statusbench: error: {path}: its aliases expand to more than {MAX_YAML_NODES} nodes "
+                      "(a YAML alias bomb?); refused before loading", file=sys.stderr)
+                sys.exit(2)
+            yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
             print(f"statusbench: error: malformed YAML in {path}{where}: {getattr(exc, 'problem', exc)}", file=sys.stderr)
             sys.exit(2)
+
+
+def expanded_nodes(root: Any) -> int:
+    """Nodes of a composed YAML document once every alias is copied out (as OmegaConf does), counted
+    in time linear in the file: each distinct node's size once. A node holding itself counts as
+    unbounded."""
+    import yaml
+
+    sizes: dict[int, float] = {}
+
+    def size(node: Any) -> float:
+        key = id(node)
+        if key not in sizes:
+            sizes[key] = float("inf")  # while counting: reached again means the node holds itself
+            children = ([c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode)
+                        else node.value if isinstance(node, yaml.SequenceNode) else [])
+            sizes[key] = 1 + sum(size(c) for c in children)
+        return sizes[key]
+
+    return size(root) if root is not None else 0
 
 
 def check_secrets(argv: list[str]) -> None:
@@ -139,4 +168,8 @@ def check_secrets(argv: list[str]) -> None:
 if __name__ == "__main__":
     check_secrets(sys.argv[1:])
     check_yaml(sys.argv[1:])
-    main()
+    # Hydra prints its own errors (a typo'd key or option) as several lines, exit 1; raised, they are
+    # said in one line with a did-you-mean and exit 2 (user_errors), like every other bad config
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    with user_errors():
+        main()

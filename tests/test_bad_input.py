@@ -17,7 +17,7 @@ BAD = [
     (["scenario.distractor_turns=[-1]"], "scenario.distractor_turns"),
     (["scenario.other_companies=[99]"], "scenario.other_companies"),
     (["experiment.replicates=-1"], "experiment.replicates"),
-    (["scenario=does_not_exist"], "scenario/does_not_exist"),
+    (["scenario=does_not_exist"], "scenario=does_not_exist: no such option"),
     (["model.path=/no/such/model", "model.gguf_package=null"], "model.path: directory '/no/such/model' does not exist"),
     (["model.gguf_package=no_such_weights_pkg"], "model.gguf_package"),
     (["backend=scripted", "backend.path=/no/such/file.jsonl"], "backend.path"),

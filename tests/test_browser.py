@@ -106,6 +106,34 @@ def test_differing_marks_only_the_changed_words():
     assert [b[s:e] for s, e in db] == ["Comcast", "<agent_status>1/3</agent_status> "]
 
 
+def test_a_common_head_and_tail_are_cut_on_whole_lines():
+    a = "system\n" + "ok\n" * 20000 + "tool says 1\n" + "ok\n" * 20000
+    b = "system\n" + "ok\n" * 20000 + "tool says 2\n" + "ok\n" * 20000
+    da, db = browser.differing(a, b)
+    assert [a[s:e] for s, e in da] == ["1"] and [b[s:e] for s, e in db] == ["2"]
+
+
+def _log(lines: int, changed: dict[int, str]) -> str:
+    return "\n".join(changed.get(i, f"step {i}: " + "ok " * 30) for i in range(lines))
+
+
+def test_past_the_cap_the_diff_is_by_lines_and_still_exact():
+    """Words too many to compare pairwise (difflib is quadratic on repetitive text): whole lines are
+    compared, and exactly the changed lines are marked."""
+    a = _log(120, {3: "step 3: started", 110: "step 110: failed"})
+    b = _log(120, {3: "step 3: begun", 110: "step 110: passed"})
+    assert len(browser._tokens(a)) ** 2 > browser.DIFF_PAIRS  # the word-level diff is refused
+    da, db = browser.differing(a, b)
+    assert [a[s:e] for s, e in da] == ["step 3: started", "step 110: failed"]
+    assert [b[s:e] for s, e in db] == ["step 3: begun", "step 110: passed"]
+
+
+def test_past_the_cap_for_lines_the_rest_is_marked_whole():
+    a, b = "A\n" + "ok\n" * 20000 + "B", "C\n" + "ok\n" * 20000 + "D"
+    da, db = browser.differing(a, b)
+    assert da == [[0, len(a)]] and db == [[0, len(b)]]
+
+
 def test_collect_pairs_arms_and_reads_attention(run):
     data = browser.collect(load_records([run]), [run])
     by_id = {s["id"]: s for s in data["samples"]}

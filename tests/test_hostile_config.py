@@ -7,7 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from harness.config.compose import compose_config, group_options
+from harness.errors import ConfigError
+from harness.run import expanded_nodes
 from harness.rundir.store import RunStore
 from tests.conftest import run_cli
 
@@ -61,3 +65,71 @@ def test_an_empty_shard_with_the_report_on_says_so(tmp_path: Path):
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "0 samples planned" in res.stdout and "holds none of the plan's episodes; no report" in res.stdout
 
+
+
+def _alias_bomb(config_dir: Path) -> Path:
+    """A "billion laughs" preset: 9 nested levels of 9 aliases, 9^9 strings once copied out."""
+    lines = ['  a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    path = config_dir / "scenario" / "bomb.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text("# @package _global_\nbomb:\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def test_a_yaml_alias_bomb_is_refused_before_loading(tmp_path: Path):
+    bomb = _alias_bomb(tmp_path / "conf")
+    res = run_cli("--config-dir", str(tmp_path / "conf"), "scenario=bomb", f"run.root={tmp_path / 'root'}", timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"statusbench: error: {bomb}: its aliases expand to more than 1000000 nodes "
+                                  "(a YAML alias bomb?); refused before loading")
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("text, nodes", [("base: &b {x: 1, y: 2}\nm: {<<: *b, z: 3}\n", 17),
+                                         ("a: &a [1, *a]\n", float("inf")), ("", 0)])
+def test_aliases_are_counted_as_copied(text: str, nodes: float):
+    assert expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) == nodes
+
+
+def test_a_run_root_that_cannot_hold_directories_is_one_line(tmp_path: Path):
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"text": "no"}) + "\n")
+    res = run_cli("run.root=/proc", "run.name=r", "backend=scripted", f"backend.path={completions}",
+                  "backend.match=order", timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == ("statusbench: error: run.root: cannot create the run directory "
+                                  "/proc/status_ablation/r (No such file or directory); choose a writable run.root")
+
+
+@pytest.mark.parametrize("key", ["run.name", "experiment.name"])
+def test_a_name_longer_than_a_file_system_takes_is_refused(tmp_path: Path, key: str):
+    name = "x" * 300
+    res = run_cli(f"{key}={name}", f"run.root={tmp_path}", timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"statusbench: error: {key}: not a directory name: {name!r} "
+                                  "(one path component, at most 255 bytes)")
+    assert not any(tmp_path.iterdir())
+
+
+TYPOS = [
+    (["scenario.episodes_per_cel=1"], "scenario.episodes_per_cel: unknown key (did you mean scenario.episodes_per_cell?); "
+                                      "scenario keys: action, call_results, calls_made, "),
+    (["condition=[none,status_tial]"], "condition=status_tial: no such option (did you mean status_tail or "),
+    (["model=smollm"], "model=smollm: no such option (did you mean smollm2-135m?); model options: deepseek-v3.1, "),
+]
+
+
+@pytest.mark.parametrize("overrides, start", TYPOS, ids=[" ".join(o) for o, _ in TYPOS])
+def test_a_typo_is_one_line_with_a_did_you_mean_and_the_choices(tmp_path: Path, overrides, start):
+    res = run_cli(*overrides, f"run.root={tmp_path}", timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"statusbench: error: {start}") and res.stderr.count("\n") == 1, res.stderr
+    assert "_schema" not in res.stderr and "+scenario" not in res.stderr and "Traceback" not in res.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_tools_composing_a_config_say_the_same():
+    with pytest.raises(ConfigError, match=r"^condition=status_tial: no such option \(did you mean status_tail"):
+        compose_config(["condition=[none,status_tial]"])
+    assert "status_tail" in group_options("condition") and not [o for o in group_options("condition") if "schema" in o]

@@ -127,7 +127,7 @@ def test_report_cli_errors_and_single_run_default(runs, tmp_path, capsys):
     assert report.main([str(tmp_path / "nope")]) == 2
     assert "no records.jsonl" in capsys.readouterr().err
     assert report.default_out([runs[0]]) == runs[0]
-    assert report.default_out(runs) == runs[0].parent.resolve()
+    assert report.default_out(runs) == runs[0].parent.resolve() / "report"
 
 
 def test_a_section_renders_under_its_heading(runs):

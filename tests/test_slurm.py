@@ -76,7 +76,7 @@ def test_two_task_array_on_slurm_with_the_embedded_model(slurm, tmp_path):
     report = subprocess.run([sys.executable, "-m", "analysis.report", *map(str, runs.values())], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr
-    text = (sweep / "report.md").read_text()  # the runs' common parent: the sweep directory
+    text = (sweep / "report" / "report.md").read_text()  # in the runs' common parent: the sweep directory
     side = text.split("## Runs side by side", 1)[1].split("## ", 1)[0]
     header = next(line for line in side.splitlines() if line.startswith("| condition"))
     assert all(run_dir.name in header for run_dir in runs.values()), side

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,6 +25,8 @@ from harness.io.secrets import looks_like_secret, redact
 from harness.io.validate import token_count
 from harness.render import chat_input, split_thinking
 from harness.types import Completion, GenerationSettings, Request
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,6 +43,8 @@ class OpenAIBackendConfig(BackendConfig):
     timeout_s: float = 300.0
     stream: bool = False  # on: time to first token is measured
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
+    # a 3xx to another scheme, host or port would send the prompts there: refused unless set
+    allow_cross_host_redirects: bool = False
 
     def __post_init__(self) -> None:
         require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
@@ -152,6 +157,23 @@ def describe_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class RedirectRefused(Exception):
+    """A server's redirect to another origin, refused (backend.allow_cross_host_redirects=false)."""
+
+
+async def refuse_cross_host_redirect(response: Any) -> None:
+    """httpx response hook: the openai client follows redirects, so a redirect to another scheme,
+    host or port is stopped here, before the request (the prompts) is sent there."""
+    if not response.has_redirect_location:
+        return
+    here = response.request.url
+    there = here.join(response.headers["location"])
+    if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
+        raise RedirectRefused(f"http {response.status_code}: the server redirects to another host "
+                              f"({there.scheme}://{there.host}{':' + str(there.port) if there.port else ''}); refused "
+                              "(backend.allow_cross_host_redirects=true to follow it)")
+
+
 def parse_response(resp: Any, latency: float) -> Completion:
     """A non-streamed response as a Completion; ValueError when the server's 200 is not a chat
     completion (an HTML page, `message: null`, usage as strings), so only this sample fails."""
@@ -181,6 +203,8 @@ class OpenAIBackend(Backend):
     def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, http_client_factory: Any = None):
         self.cfg, self.model_cfg = cfg, model_cfg
         self.model = cfg.served_model or model_cfg.path or model_cfg.name
+        # models the server said it answered with, other than the one asked: counted for the manifest
+        self.reported_models: Counter[str] = Counter()
         # tests hand in an httpx client factory to script the server's answers (429s, 400s)
         self.http_client_factory = http_client_factory
         # the HTTP client logs every request at INFO, which would bury the run's own log
@@ -189,16 +213,29 @@ class OpenAIBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         return {"base_url": self.cfg.base_url, "served_model": self.model, "stream": self.cfg.stream,
-                "concurrency": self.cfg.concurrency}
+                "concurrency": self.cfg.concurrency, "other_models_reported": dict(self.reported_models)}
+
+    def _reported(self, model: Any) -> None:
+        """The `model` a response names: another than the one asked (a dated variant of it, such as
+        gpt-4.1-2025-04-14, is the same) is counted and warned about once."""
+        if not isinstance(model, str) or model.startswith(self.model):
+            return
+        model = self.redact(model)
+        if model not in self.reported_models:
+            log.warning("the server answered as model %r, not %r as asked; counted in manifest.json "
+                        "(model.other_models_reported)", model, self.model)
+        self.reported_models[model] += 1
 
     def _client(self) -> Any:
         import openai
 
         # local servers ignore the key, but the client insists on one
         key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else "unused"
+        http = self.http_client_factory() if self.http_client_factory else openai.DefaultAsyncHttpxClient()
+        if not self.cfg.allow_cross_host_redirects:
+            http.event_hooks["response"] = [*http.event_hooks["response"], refuse_cross_host_redirect]
         return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=key, max_retries=self.cfg.max_retries,
-                                  timeout=self.cfg.timeout_s,
-                                  http_client=self.http_client_factory() if self.http_client_factory else None)
+                                  timeout=self.cfg.timeout_s, http_client=http)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         return asyncio.run(self._generate(requests))
@@ -236,6 +273,7 @@ class OpenAIBackend(Backend):
         if self.cfg.stream:
             return await self._stream(client, kwargs, t0)
         resp = await client.chat.completions.create(**kwargs)
+        self._reported(_get(resp, "model"))
         return parse_response(resp, time.perf_counter() - t0)
 
     @property
@@ -253,6 +291,8 @@ class OpenAIBackend(Backend):
         chunks = 0
         async for chunk in stream:
             chunks += 1
+            if chunks == 1:
+                self._reported(_get(chunk, "model"))
             if chunk.usage is not None:
                 usage = chunk.usage
             for choice in chunk.choices or []:

@@ -4,6 +4,7 @@ Hydra's main for tools and tests, and one-line errors for command-line entry poi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,11 +79,46 @@ def compose_config(overrides: list[str], check_machine: bool = True) -> Config:
         try:
             composed = compose("config", overrides=list(overrides))
         except ConfigCompositionException as exc:  # e.g. a value outside an enumeration: name key and choices
-            cause = exc.__cause__
-            key = getattr(cause, "full_key", None)
-            detail = f": {str(cause).splitlines()[0]}" + (f" (key: {key})" if key else "") if cause else ""
-            raise ConfigError(f"{exc}{detail}") from None
+            raise ConfigError(composition_error(exc)) from None
         return to_typed(composed, check_machine)
+
+
+def group_options(group: str) -> list[str]:
+    """A config group's options as a user picks them: the schemas stored beside them left out."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        names = GlobalHydra.instance().config_loader().get_group_options(group)
+    else:
+        names = [p.stem for p in (CONF_DIR / group).glob("*.yaml")]
+    return sorted(n for n in names if not n.endswith("_schema"))
+
+
+def _did_you_mean(word: str, options: list[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, options, n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
+
+
+def composition_error(exc: Exception) -> str:
+    """One line for a config Hydra could not compose: an option of a group that does not exist or a
+    key no schema has, with a did-you-mean and the choices; else the error's first line and key."""
+    missing = getattr(exc, "missing_cfg_file", None)
+    if missing and "/" in missing:  # MissingConfigException: `group=name` with no such option
+        group, name = missing.rsplit("/", 1)
+        options = group_options(group)
+        return f"{group}={name}: no such option{_did_you_mean(name, options)}; {group} options: {', '.join(options)}"
+    cause = exc.__cause__
+    key = getattr(cause, "full_key", None)
+    if key and str(exc).startswith("Could not override"):  # a key that is not in the schema
+        parent, _, last = str(key).rpartition(".")
+        schema = getattr(cause, "object_type", None)
+        names = sorted(f.name for f in dataclasses.fields(schema)) if dataclasses.is_dataclass(schema) else []
+        where = f"{parent}." if parent else ""
+        return (f"{key}: unknown key{_did_you_mean(last, names, where)}"
+                + (f"; {parent or 'top-level'} keys: {', '.join(names)}" if names else ""))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    detail = f": {str(cause).splitlines()[0]}" if cause and str(cause) else ""
+    return f"{first}{detail}" + (f" (key: {key})" if key else "")
 
 
 @contextmanager
@@ -93,6 +129,9 @@ def user_errors() -> Iterator[None]:
 
     try:
         yield
-    except (ConfigError, HydraException, OmegaConfBaseException) as exc:
+    except ConfigError as exc:
         print(f"statusbench: error: {str(exc).strip()}", file=sys.stderr)
+        sys.exit(2)
+    except (HydraException, OmegaConfBaseException) as exc:
+        print(f"statusbench: error: {composition_error(exc)}", file=sys.stderr)
         sys.exit(2)

@@ -147,7 +147,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         require(self.replicates >= 1, "experiment.replicates", f"must be >= 1, got {self.replicates}")
-        require(is_dir_name(self.name), "experiment.name", f"not a directory name: {self.name!r}")
+        require(is_dir_name(self.name), "experiment.name", f"not a directory name: {self.name!r} (one path component, at most 255 bytes)")
 
 
 @dataclass
@@ -170,7 +170,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "run.batch_size", f"must be >= 1, got {self.batch_size}")
-        require(is_dir_name(self.name), "run.name", f"not a directory name: {self.name!r}")
+        require(is_dir_name(self.name), "run.name", f"not a directory name: {self.name!r} (one path component, at most 255 bytes)")
         require(self.max_samples >= 1, "run.max_samples", f"must be >= 1, got {self.max_samples}")
         if self.shard is not None:
             parse_shard(self.shard)
@@ -182,8 +182,10 @@ class RunConfig:
 
 
 def is_dir_name(name: str) -> bool:
-    """One path component: the run directory stays inside run.root."""
-    return "/" not in name and "\\" not in name and "\0" not in name and name.strip() not in ("", ".", "..")
+    """One path component, so the run directory stays inside run.root, that a file system can hold
+    (255 bytes: Linux's NAME_MAX)."""
+    return ("/" not in name and "\\" not in name and "\0" not in name and name.strip() not in ("", ".", "..")
+            and len(name.encode("utf-8", "surrogatepass")) <= 255)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

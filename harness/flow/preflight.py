@@ -44,18 +44,25 @@ def check(cfg: Config, run_dir: Path | None) -> None:
         probe_lock(shard_dir(run_dir, cfg.run.shard_spec))
 
 
-def _refuse(exc: Exception) -> None:
+def _refuse(exc: Exception | str) -> None:
     print(f"statusbench: error: {exc}", file=sys.stderr)
     sys.exit(2)
 
 
 class Preflight(Callback):
     def _run(self, config: DictConfig, dir_key: str | None) -> None:
+        run_dir = Path(str(OmegaConf.select(config, dir_key))) if dir_key else None
         try:
             cfg = to_typed(task_config(config))
-            check(cfg, Path(str(OmegaConf.select(config, dir_key))) if dir_key else None)
+            check(cfg, run_dir)
         except (ConfigError, RunDirError) as exc:
             _refuse(exc)
+        if run_dir is not None:  # the config is accepted: create the directory Hydra would, failing in words
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                _refuse(f"run.root: cannot create the run directory {run_dir} ({exc.strerror or exc}); "
+                        "choose a writable run.root")
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._run(config, "hydra.run.dir")

@@ -20,6 +20,20 @@ def temporary_name(dest: Path) -> Path:
     return dest.with_name(f".{dest.name}{TMP_MARK}{os.getpid()}")
 
 
+def remove_stale_temporaries(folder: Path | str) -> list[Path]:
+    """Remove the temporary files and folders in `folder` whose writing process is gone (killed
+    mid-write: kill -9, a full node); those of a live pid are kept. Returns what was removed."""
+    import psutil
+
+    removed = []
+    for tmp in Path(folder).glob(f".*{TMP_MARK}*"):
+        pid = tmp.name.rsplit(TMP_MARK, 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            _remove(tmp)
+            removed.append(tmp)
+    return removed
+
+
 def _remove(path: Path) -> None:
     with suppress(OSError):  # on a read-only or vanished directory there is nothing to remove
         if path.is_dir():

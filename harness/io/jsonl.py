@@ -5,12 +5,23 @@ Lines end at "\\n" only: records are written with `ensure_ascii=False`, so model
 U+2028, U+2029 or U+0085 raw, and `str.splitlines()` would cut a record in two at them. Every row
 must be a JSON object; NaN/Infinity (Python's JSON extensions), nesting too deep for the parser and
 integers beyond Python's digit limit are refused with the line named.
+
+Files are read line by line from regular files only: a FIFO would block the reader forever and
+/dev/zero or a huge sparse file would fill memory, so anything else is refused naming the path, and a
+line longer than MAX_LINE_BYTES is refused naming its number.
 """
 from __future__ import annotations
 
 import json
+import os
+import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterable, Iterator
+
+MAX_LINE_BYTES = 64 * 2**20  # far above any record or prompt (a 200 KB tool output is 0.2 MiB)
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 def _no_constant(name: str) -> Any:
@@ -34,24 +45,63 @@ def parse_line(line: str | bytes, where: str, n: int, error: type[Exception] = V
         raise error(f"{where} line {n} is not valid JSON ({str(exc).split(';')[0]})") from None
 
 
-def iter_lines(data: str | bytes, where: str, error: type[Exception] = ValueError,
+def parse_row(line: str | bytes, where: str, n: int, error: type[Exception] = ValueError,
+              required: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The object on a line (None for a blank one); `error(f"{where} line N ...")` when it is not
+    JSON, not an object, or lacks one of `required`."""
+    if not line.strip():
+        return None
+    row = parse_line(line, where, n, error)
+    if not isinstance(row, dict):
+        raise error(f"{where} line {n} must be a JSON object, got {type(row).__name__ if row is not None else 'null'}")
+    missing = [k for k in required if k not in row]
+    if missing:
+        raise error(f"{where} line {n} lacks field {missing[0]!r}")
+    return row
+
+
+def iter_lines(data: str | bytes | Iterable[str | bytes], where: str, error: type[Exception] = ValueError,
                required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line; `error(f"{where} line N ...")` on the first
-    bad one: not JSON, not an object, or lacking one of `required`."""
-    for n, line in enumerate(data.split(b"\n" if isinstance(data, bytes) else "\n"), 1):
-        if not line.strip():
-            continue
-        row = parse_line(line, where, n, error)
-        if not isinstance(row, dict):
-            raise error(f"{where} line {n} must be a JSON object, got {type(row).__name__ if row is not None else 'null'}")
-        missing = [k for k in required if k not in row]
-        if missing:
-            raise error(f"{where} line {n} lacks field {missing[0]!r}")
-        yield n, row
+    """(line number, object) for every non-blank line of a text or of its lines; `error(...)` on the
+    first bad one (see parse_row)."""
+    lines = data.split(b"\n" if isinstance(data, bytes) else "\n") if isinstance(data, (str, bytes)) else data
+    for n, line in enumerate(lines, 1):
+        row = parse_row(line, where, n, error, required)
+        if row is not None:
+            yield n, row
+
+
+@contextmanager
+def open_regular(path: str | Path, where: str | None = None, error: type[Exception] = ValueError) -> Iterator[IO[bytes]]:
+    """The file opened for reading in binary, or `error("{where} is not a regular file (a FIFO)")`.
+    Opened non-blocking, so that a FIFO without a writer is refused instead of waited on."""
+    path = Path(path).expanduser()
+    where = where or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise error(f"{where}: {exc.strerror}") from None
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:
+        os.close(fd)
+        raise error(f"{where} is not a regular file ({_KINDS.get(kind, 'not a file')})")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as fh:
+        yield fh
+
+
+def stream_lines(fh: IO[bytes], where: str, error: type[Exception] = ValueError) -> Iterator[bytes]:
+    """A binary file's lines, each with its "\\n" (the last may lack it), one at a time; `error` on a
+    line over MAX_LINE_BYTES, so memory holds one line at most."""
+    for n, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise error(f"{where} line {n} is longer than {MAX_LINE_BYTES >> 20} MiB: not a JSON Lines file")
+        yield line
 
 
 def read_lines(path: str | Path, where: str | None = None, error: type[Exception] = ValueError,
                required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """iter_lines over a file's bytes (so invalid UTF-8 is reported with its line)."""
-    path = Path(path).expanduser()
-    return iter_lines(path.read_bytes(), where or str(path), error, required)
+    """iter_lines over a regular file, streamed as bytes (so invalid UTF-8 is reported with its line)."""
+    where = where or str(Path(path).expanduser())
+    with open_regular(path, where, error) as fh:
+        yield from iter_lines(stream_lines(fh, where, error), where, error, required)

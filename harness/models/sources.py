@@ -6,12 +6,11 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shutil
 from pathlib import Path
 
 from harness.config.schemas import ModelConfig
 from harness.errors import ConfigError
-from harness.io.files import TMP_MARK, atomic_path
+from harness.io.files import atomic_path, remove_stale_temporaries
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +69,8 @@ def remove_stale_conversions(cache: Path) -> None:
     """Remove the temporary folders (`harness.io.files.temporary_name`) of conversions whose process is
     gone: one killed mid-way (155 MB for SmolLM2) would otherwise stay in the cache forever. A live
     pid's folder is kept."""
-    import psutil
-
-    for tmp in cache.glob(f"*{TMP_MARK}*"):
-        pid = tmp.name.rsplit(TMP_MARK, 1)[1]
-        if tmp.is_dir() and pid.isdigit() and not psutil.pid_exists(int(pid)):
-            log.info("removing %s, left by a conversion that did not finish (process %s is gone)", tmp, pid)
-            shutil.rmtree(tmp, ignore_errors=True)
+    for tmp in remove_stale_temporaries(cache):
+        log.info("removed %s, left by a conversion that did not finish (its process is gone)", tmp)
 
 
 def resolve(cfg: ModelConfig) -> tuple[str, str | None]:

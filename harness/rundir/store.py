@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from filelock import FileLock, Timeout
 
 from harness.io.files import write_file
-from harness.io.jsonl import iter_lines
+from harness.io.jsonl import open_regular, parse_row, stream_lines
 from harness.rundir.layout import MANIFEST, PROMPTS, RECORDS
 from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
 
@@ -61,26 +61,34 @@ def _append_bytes(path: Path, data: bytes) -> None:
 def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """All complete lines, each an object with the `required` fields (else RunDirError naming the
     line). A torn final line is dropped with a warning (and cut off if repair); a complete object
-    merely lacking its newline (a hand edit) is kept, and with repair given its newline."""
+    merely lacking its newline (a hand edit) is kept, and with repair given its newline. Read as a
+    stream from a regular file only (anything else is a RunDirError naming it)."""
     if not path.exists():
         return []
-    raw = path.read_bytes()
-    good_end = raw.rfind(b"\n") + 1
-    if good_end < len(raw) and raw[good_end:].strip():
-        try:
-            complete = isinstance(json.loads(raw[good_end:]), dict)
-        except (ValueError, RecursionError):
-            complete = False
-        if complete:
-            if repair:
-                _append_bytes(path, b"\n")
-            good_end = len(raw)
-        else:
-            log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(raw) - good_end)
-            if repair:
-                with open(path, "r+b") as fh:
-                    fh.truncate(good_end)
-    return [row for _, row in iter_lines(raw[:good_end], str(path), RunDirError, required)]
+    rows: list[dict[str, Any]] = []
+    good_end, cut, newline = 0, False, False
+    with open_regular(path, str(path), RunDirError) as fh:
+        for n, line in enumerate(stream_lines(fh, str(path), RunDirError), 1):
+            if not line.endswith(b"\n") and line.strip():  # the last line, without its newline
+                try:
+                    complete = isinstance(json.loads(line), dict)
+                except (ValueError, RecursionError):
+                    complete = False
+                if not complete:
+                    log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(line))
+                    cut = True
+                    break
+                newline = True
+            good_end += len(line)
+            row = parse_row(line, str(path), n, RunDirError, required)
+            if row is not None:
+                rows.append(row)
+    if repair and newline:
+        _append_bytes(path, b"\n")
+    if repair and cut:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return rows
 
 
 def probe_lock(run_dir: Path) -> None:
