@@ -1,0 +1,200 @@
+"""The rollout flow (`experiment.mode=rollouts`): plan the rollouts (episodes x conditions x
+replicates) -> open the run (lock, admit: the stages' own) -> resume each rollout by replaying its
+stored steps through its environment -> rounds: the next step of every active rollout in one batch
+-> the environment executes, the family's grader labels, records and prompts are appended -> a
+rollout's record once it ends.
+
+Resumable at step granularity: records.jsonl holds every completion, so a rerun replays them (no
+model call repeated) and continues each rollout at its next step; the environment is deterministic,
+so the run ends with the records an uninterrupted run writes.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import scenarios
+from harness.backends import Backend, make_backend
+from harness.config.schemas import Config
+from harness.context import ConditionConfig, view
+from harness.flow import stages
+from harness.flow.plan import in_shard, sample_seed, with_model
+from harness.measure.cost import cost_usd
+from harness.rundir import manifest
+from harness.rundir.layout import ROLLOUTS
+from harness.rundir.store import RunDirError, read_jsonl
+from harness.types import Completion, Episode, Request, short_hash
+
+from .env import Environment
+from .records import RolloutRecord, StepRecord, executed
+
+
+@dataclass
+class Rollout:
+    rollout_id: str
+    position: int  # in the plan
+    episode: Episode
+    condition: str
+    ccfg: ConditionConfig
+    replicate: int
+    seed: int
+    env: Environment
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def shown(self) -> ConditionConfig:
+        """The condition as the view applies it: the loop guard is the environment's, already in the history."""
+        return replace(self.ccfg, loop_guard=None)
+
+
+def plan(cfg: Config) -> list[Rollout]:
+    episodes = scenarios.build_episodes(cfg.scenario)
+    cfg.check_plan_size(len(episodes))
+    identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(),
+                "generation": asdict(cfg.model.generation), "rollout": asdict(cfg.rollout)}
+    out: list[Rollout] = []
+    for episode in episodes:
+        for name, ccfg in cfg.conditions.items():
+            ccfg = with_model(ccfg, cfg.model)
+            for replicate in range(cfg.experiment.replicates):
+                seed = sample_seed(cfg.experiment.seed, episode.id, replicate)
+                rid = short_hash({"episode": episode.id, "condition": {"name": name, **ccfg.identity()},
+                                  "replicate": replicate, "seed": seed, **identity})
+                env = Environment(episode, cfg.rollout, ccfg.loop_guard)
+                out.append(Rollout(rid, len(out), episode, name, ccfg, replicate, seed, env))
+    shard = cfg.run.shard_spec
+    return out if shard is None else [r for r in out if in_shard(r.episode.id, *shard)]
+
+
+class Order:
+    """The index a scripted backend with match=order answers: the step's place in an uninterrupted
+    run, whose rounds take step 0 of every rollout, then step 1 of those still active, and so on,
+    each round in plan order. A resumed run gives every step the same index."""
+
+    def __init__(self) -> None:
+        self.have: dict[int, set[int]] = defaultdict(set)  # step -> positions of the rollouts that take it
+
+    def add(self, step: int, position: int) -> None:
+        self.have[step].add(position)
+
+    def index(self, step: int, position: int) -> int:
+        # every rollout is at `step` or past it (rounds take the lowest step first), so earlier rounds are complete
+        return sum(len(self.have[s]) for s in range(step)) + sorted(self.have[step]).index(position)
+
+
+def resume(r: Rollout, stored: list[StepRecord]) -> None:
+    """Replay the stored steps through the environment; refuse a history it no longer reproduces."""
+    for rec in sorted(stored, key=lambda s: s.step):
+        if r.env.done or rec.step != r.env.step:
+            raise RunDirError(f"rollout {r.rollout_id}: stored step {rec.step} does not follow step {r.env.step - 1} "
+                              "(records.jsonl was edited); use another run.name=")
+        if executed(r.env.act(rec.completion())) != rec.calls:
+            raise RunDirError(f"rollout {r.rollout_id} step {rec.step}: replaying the stored completion executes other "
+                              "calls than recorded (the environment changed since); use another run.name=")
+        r.steps.append(rec)
+
+
+def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
+    """Run every unfinished rollout of the plan into run_dir. Returns counts for the caller."""
+    rollouts = plan(cfg)
+    with stages.open_run(cfg, Path(run_dir), resolved) as run:
+        finished = {row["rollout_id"] for row in read_jsonl(run.job_dir / ROLLOUTS, repair=True, required=("rollout_id",))}
+        stored: dict[str, list[StepRecord]] = defaultdict(list)
+        for row in read_jsonl(run.store.records_path, repair=True, required=("rollout_id", "step")):
+            stored[row["rollout_id"]].append(StepRecord.of(row))
+        order = Order()
+        for r in rollouts:
+            for rec in stored[r.rollout_id]:
+                order.add(rec.step, r.position)
+        left = [r for r in rollouts if r.rollout_id not in finished]
+        for r in left:
+            resume(r, stored[r.rollout_id])
+        active = [r for r in left if not r.env.done]
+        print(f"statusbench: {len(rollouts)} rollouts planned, {len(rollouts) - len(left)} already done, "
+              f"{len(active)} to run -> {run.job_dir}", flush=True)
+        with nullcontext(backend) if backend or not active else make_backend(cfg.model, cfg.backend) as loaded:
+            session = stages.start_session(run, len(rollouts), len(active))
+            # a run killed after a rollout's last step but before its record: the record now
+            run.store.append_rows(ROLLOUTS, [asdict(summary(cfg, r)) for r in left if r.env.done])
+            if active:
+                run.model_info.update(loaded.describe())
+                step_all(cfg, run, active, order, loaded)
+        session["finished_at"] = manifest.now()
+        run.write_manifest(session)
+    return {"planned": len(rollouts), "new": len(active)}
+
+
+def step_all(cfg: Config, run: stages.OpenRun, active: list[Rollout], order: Order, backend: Backend) -> None:
+    """Rounds until every rollout has ended: the lowest pending step of every rollout at it, in one batch."""
+    from tqdm import tqdm
+
+    with tqdm(unit="step", desc="rollouts", disable=not cfg.run.progress, dynamic_ncols=True) as bar:
+        while active:
+            step = min(r.env.step for r in active)
+            batch = [r for r in active if r.env.step == step]
+            for r in batch:
+                order.add(step, r.position)
+            records, prompts = run_round(cfg, batch, order, backend)
+            run.store.append(records, prompts)  # prompts first, then records (RunStore)
+            ended = [r for r in batch if r.env.done]
+            run.store.append_rows(ROLLOUTS, [asdict(summary(cfg, r)) for r in ended])
+            active = [r for r in active if not r.env.done]
+            bar.update(len(batch))
+
+
+def run_round(cfg: Config, batch: list[Rollout], order: Order, backend: Backend) -> tuple[list[StepRecord], list[dict[str, Any]]]:
+    """One step of each rollout of the batch: view -> generate (one call) -> grade -> execute."""
+    snapshots = [r.env.snapshot() for r in batch]
+    requests = [request(cfg, r, snap, order) for r, snap in zip(batch, snapshots)]
+    completions = backend.generate(requests)
+    if len(completions) != len(batch):
+        raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
+    records, prompts = [], []
+    for r, snap, req, completion in zip(batch, snapshots, requests, completions):
+        label, _, _ = scenarios.grade(snap, completion)  # the family's grader, against the history before the step
+        row = stages.prompt_row(req, completion)
+        turn, step_in_turn = r.env.turn, r.env.step_in_turn
+        calls = executed(r.env.act(completion))
+        rec = step_record(cfg, r, req, completion, row["prompt_sha256"], label, snap.expected, calls, turn, step_in_turn)
+        r.steps.append(rec)
+        records.append(rec)
+        prompts.append(row)
+    return records, prompts
+
+
+def request(cfg: Config, r: Rollout, snap: Episode, order: Order) -> Request:
+    shown = view(snap, r.shown)
+    step = r.env.step
+    return Request(sample_id=short_hash({"rollout": r.rollout_id, "step": step}), episode_id=r.episode.id,
+                   condition=r.condition, replicate=r.replicate, index=order.index(step, r.position),
+                   messages=shown.messages, tools=r.env.tools, generation=cfg.model.generation,
+                   seed=int(short_hash({"seed": r.seed, "step": step}, 8), 16), annotations=shown.annotations())
+
+
+def step_record(cfg: Config, r: Rollout, req: Request, c: Completion, prompt_sha: str, label: str, expected: str,
+                calls: list[dict[str, Any]], turn: int, step_in_turn: int) -> StepRecord:
+    return StepRecord(
+        sample_id=req.sample_id, rollout_id=r.rollout_id, episode_id=r.episode.id, scenario=r.episode.scenario,
+        family=r.episode.family, condition=r.condition, replicate=r.replicate, seed=req.seed, turn=turn,
+        step=r.env.step - 1, step_in_turn=step_in_turn, model=cfg.model.name, backend=cfg.backend.name,
+        prompt_sha256=prompt_sha, context_messages=len(req.messages),
+        prompt_chars=sum(len(m["content"]) for m in req.messages if isinstance(m.get("content"), str)),
+        prompt_tokens=c.prompt_tokens, cached_prompt_tokens=c.cached_prompt_tokens,
+        completion_tokens=c.completion_tokens, thinking_tokens=c.thinking_tokens, answer_tokens=c.answer_tokens,
+        text=c.text, reasoning=c.reasoning, tool_calls=c.tool_calls, calls=calls, label=label, expected=expected,
+        latency_s=c.latency_s, finish_reason=c.finish_reason, error=c.error, scripted=c.scripted,
+        cost_usd=cost_usd(cfg.model, c), token_source=c.token_source, created_at=manifest.now("microseconds"))
+
+
+def summary(cfg: Config, r: Rollout) -> RolloutRecord:
+    head = {"rollout_id": r.rollout_id, "episode_id": r.episode.id, "scenario": r.episode.scenario,
+            "family": r.episode.family, "params": r.episode.params, "condition": r.condition,
+            "condition_config": asdict(r.ccfg), "replicate": r.replicate, "model": cfg.model.name,
+            "backend": cfg.backend.name}
+    opening = Environment(r.episode, cfg.rollout).target_calls()
+    return RolloutRecord.summarize(head, r.steps, str(r.env.outcome), r.env.turn + 1,
+                                   r.env.target_calls() - opening, manifest.now("microseconds"))
+
