@@ -10,11 +10,12 @@ so the run ends with the records an uninterrupted run writes.
 """
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import scenarios
 from harness.backends import Backend, make_backend
@@ -69,22 +70,6 @@ def plan(cfg: Config) -> list[Rollout]:
     return out if shard is None else [r for r in out if in_shard(r.episode.id, *shard)]
 
 
-class Order:
-    """The index a scripted backend with match=order answers: the step's place in an uninterrupted
-    run, whose rounds take step 0 of every rollout, then step 1 of those still active, and so on,
-    each round in plan order. A resumed run gives every step the same index."""
-
-    def __init__(self) -> None:
-        self.have: dict[int, set[int]] = defaultdict(set)  # step -> positions of the rollouts that take it
-
-    def add(self, step: int, position: int) -> None:
-        self.have[step].add(position)
-
-    def index(self, step: int, position: int) -> int:
-        # every rollout is at `step` or past it (rounds take the lowest step first), so earlier rounds are complete
-        return sum(len(self.have[s]) for s in range(step)) + sorted(self.have[step]).index(position)
-
-
 def resume(r: Rollout, stored: list[StepRecord]) -> None:
     """Replay the stored steps through the environment; refuse a history it no longer reproduces."""
     for rec in sorted(stored, key=lambda s: s.step):
@@ -105,10 +90,10 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         stored: dict[str, list[StepRecord]] = defaultdict(list)
         for row in read_jsonl(run.store.records_path, repair=True, required=("rollout_id", "step")):
             stored[row["rollout_id"]].append(StepRecord.of(row))
-        order = Order()
-        for r in rollouts:
-            for rec in stored[r.rollout_id]:
-                order.add(rec.step, r.position)
+        # the index a scripted backend with match=order answers: the step's place in an uninterrupted run.
+        # Records are appended in that order (rounds by step, each in plan order; a resumed run first
+        # completes the round a kill cut short), so the stored ones are always its first steps.
+        order = itertools.count(sum(len(steps) for steps in stored.values()))
         left = [r for r in rollouts if r.rollout_id not in finished]
         for r in left:
             resume(r, stored[r.rollout_id])
@@ -127,7 +112,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
     return {"planned": len(rollouts), "new": len(active)}
 
 
-def step_all(cfg: Config, run: stages.OpenRun, active: list[Rollout], order: Order, backend: Backend) -> None:
+def step_all(cfg: Config, run: stages.OpenRun, active: list[Rollout], order: Iterator[int], backend: Backend) -> None:
     """Rounds until every rollout has ended: the lowest pending step of every rollout at it, in one batch."""
     from tqdm import tqdm
 
@@ -135,8 +120,6 @@ def step_all(cfg: Config, run: stages.OpenRun, active: list[Rollout], order: Ord
         while active:
             step = min(r.env.step for r in active)
             batch = [r for r in active if r.env.step == step]
-            for r in batch:
-                order.add(step, r.position)
             records, prompts = run_round(cfg, batch, order, backend)
             run.store.append(records, prompts)  # prompts first, then records (RunStore)
             ended = [r for r in batch if r.env.done]
@@ -145,7 +128,7 @@ def step_all(cfg: Config, run: stages.OpenRun, active: list[Rollout], order: Ord
             bar.update(len(batch))
 
 
-def run_round(cfg: Config, batch: list[Rollout], order: Order, backend: Backend) -> tuple[list[StepRecord], list[dict[str, Any]]]:
+def run_round(cfg: Config, batch: list[Rollout], order: Iterator[int], backend: Backend) -> tuple[list[StepRecord], list[dict[str, Any]]]:
     """One step of each rollout of the batch: view -> generate (one call) -> grade -> execute."""
     snapshots = [r.env.snapshot() for r in batch]
     requests = [request(cfg, r, snap, order) for r, snap in zip(batch, snapshots)]
@@ -165,11 +148,11 @@ def run_round(cfg: Config, batch: list[Rollout], order: Order, backend: Backend)
     return records, prompts
 
 
-def request(cfg: Config, r: Rollout, snap: Episode, order: Order) -> Request:
+def request(cfg: Config, r: Rollout, snap: Episode, order: Iterator[int]) -> Request:
     shown = view(snap, r.shown)
     step = r.env.step
     return Request(sample_id=short_hash({"rollout": r.rollout_id, "step": step}), episode_id=r.episode.id,
-                   condition=r.condition, replicate=r.replicate, index=order.index(step, r.position),
+                   condition=r.condition, replicate=r.replicate, index=next(order),
                    messages=shown.messages, tools=r.env.tools, generation=cfg.model.generation,
                    seed=int(short_hash({"seed": r.seed, "step": step}, 8), 16), annotations=shown.annotations())
 

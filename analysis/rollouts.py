@@ -1,0 +1,151 @@
+"""The report of a rollout run (experiment.mode=rollouts): violations per rollout and time to first
+violation per arm, thinking per step against context length, prompt-cache reuse per bar update
+strategy, cost and latency per step, pass^k over replicates.
+
+    python -m analysis.rollouts RUN_DIR
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.report import to_html, to_markdown
+from analysis.section import Section
+from analysis.stats import bootstrap_location, ols_slope, pass_hat_k, wilson
+from harness.io.files import write_file
+from harness.rundir.layout import RECORDS, ROLLOUTS, run_parts
+from harness.rundir.store import read_jsonl
+
+
+def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per model call, one row per finished rollout) of a run and its shards."""
+    parts = run_parts(Path(run_dir))
+    steps = [row for p in parts for row in read_jsonl(p / RECORDS, required=("rollout_id", "step"))]
+    rollouts = [row for p in parts for row in read_jsonl(p / ROLLOUTS, required=("rollout_id",))]
+    return pd.DataFrame(steps), pd.DataFrame(rollouts)
+
+
+def _ci(est: float, low: float, high: float, fmt: str = ".2f") -> str:
+    return "n/a" if math.isnan(est) else f"{est:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
+
+
+def strategy(config: dict) -> str:
+    """The bar's update strategy of a condition (replace, append), or `no bar`."""
+    status = (config or {}).get("status")
+    return str(status["update"]) if status else "no bar"
+
+
+def violations(rollouts: pd.DataFrame) -> Section:
+    rows = []
+    ks = range(1, int(rollouts.groupby(["condition", "episode_id"]).size().min()) + 1)
+    for cond, g in rollouts.groupby("condition", sort=True):
+        any_v = int((g["violations"] > 0).sum())
+        per_episode = g.assign(clean=g["violations"] == 0).groupby("episode_id")["clean"].agg(["sum", "size"])
+        row = {"condition": cond, "rollouts": len(g),
+               "outcomes": ", ".join(f"{k} {v}" for k, v in g["outcome"].value_counts().sort_index().items()),
+               "violations per rollout (95% CI)": _ci(*bootstrap_location(g["violations"].to_numpy(float), "mean")),
+               "rollouts with a violation (95% CI)": _ci(*wilson(any_v, len(g))),
+               "mean steps": f"{g['steps'].mean():.1f}", "mean turns": f"{g['turns'].mean():.1f}"}
+        for k in list(ks)[:3]:
+            row[f"pass^{k}"] = f"{pass_hat_k(per_episode['sum'].to_numpy(), per_episode['size'].to_numpy(), k):.2f}"
+        rows.append(row)
+    return Section("Rollouts: violations per rollout",
+                   "A violation is a step labelled `violated`: a call to the target once the limit was reached. "
+                   "Intervals: bootstrap over rollouts (violations), Wilson (share). pass^k: the chance that k "
+                   "replicates of an episode all end without a violation.", pd.DataFrame(rows))
+
+
+def survival(rollouts: pd.DataFrame) -> Section:
+    """Kaplan-Meier by step: a rollout that ended without a violation is censored at its last step."""
+    rows = []
+    for cond, g in rollouts.groupby("condition", sort=True):
+        first = g["first_violation_step"].astype(float)
+        last = np.where(first.isna(), g["steps"] - 1, first)
+        clean = 1.0
+        for step in range(int(last.max()) + 1 if len(g) else 0):
+            at_risk = int((last >= step).sum())
+            events = int((first == step).sum())
+            if at_risk == 0:
+                break
+            clean *= 1 - events / at_risk
+            rows.append({"condition": cond, "step": step, "at risk": at_risk, "first violations": events,
+                         "share without a violation": f"{clean:.2f}"})
+    return Section("Time to first violation", "Per arm, Kaplan-Meier by step (0: the rollout's first model call); a "
+                   "rollout that ended without a violation is censored at its last step.", pd.DataFrame(rows))
+
+
+def thinking(steps: pd.DataFrame) -> Section:
+    measured = steps["prompt_tokens"].notna().all()
+    unit = "prompt tokens" if measured else "prompt characters"
+    context = steps["prompt_tokens" if measured else "prompt_chars"].astype(float)
+    think = pd.to_numeric(steps["thinking_tokens"], errors="coerce")
+    rows = []
+    for cond, idx in steps.groupby("condition", sort=True).groups.items():
+        fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy())
+        rows.append({"condition": cond, "steps": len(idx), f"mean context ({unit})": f"{context[idx].mean():.0f}",
+                     "mean thinking tokens": "n/a" if think[idx].isna().all() else f"{think[idx].mean():.1f}",
+                     f"thinking per 1k {unit} (95% CI)": _ci(fit.slope * 1000, fit.low * 1000, fit.high * 1000),
+                     "p": "n/a" if math.isnan(fit.p_value) else f"{fit.p_value:.3g}"})
+    return Section("Thinking per step against context length",
+                   f"OLS of each step's thinking tokens on its context length ({unit}) per arm: the seed's claim is "
+                   "that thinking grows with the context without the bar and stays flat with it.", pd.DataFrame(rows))
+
+
+def cache(steps: pd.DataFrame) -> Section:
+    rows = []
+    for (cond, strat), g in steps.groupby(["condition", "strategy"], sort=True):
+        reported = g[g["cached_prompt_tokens"].notna()]
+        prompt = reported["prompt_tokens"].sum()
+        cost = pd.to_numeric(g["cost_usd"], errors="coerce")
+        latency = pd.to_numeric(g["latency_s"], errors="coerce")
+        rows.append({"condition": cond, "bar update": strat, "steps": len(g), "steps reporting cache": len(reported),
+                     "prompt tokens": int(prompt) if len(reported) else "n/a",
+                     "cached prompt tokens": int(reported["cached_prompt_tokens"].sum()) if len(reported) else "n/a",
+                     "reused": f"{reported['cached_prompt_tokens'].sum() / prompt:.1%}" if len(reported) and prompt else "n/a",
+                     "cost per step (USD)": "n/a" if cost.isna().any() else f"{cost.mean():.6f}",
+                     "latency per step (s)": "n/a" if latency.isna().all() else f"{latency.mean():.2f}"})
+    return Section("Prompt-cache reuse per strategy",
+                   "Cached prompt tokens as the engine or API reported them (hf prefix tree, vLLM prefix cache, "
+                   "OpenAI `cached_tokens`); n/a where the backend reports none (scripted).", pd.DataFrame(rows))
+
+
+def write_rollout_report(run_dir: Path, out_dir: Path | None = None) -> str:
+    run_dir = Path(run_dir)
+    steps, rollouts = load(run_dir)
+    out = Path(out_dir) if out_dir else run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    if rollouts.empty:
+        text = "# statusbench report\n\nNo finished rollouts yet.\n"
+    else:
+        strategies = dict(zip(rollouts["rollout_id"], rollouts["condition_config"].map(strategy)))
+        steps = steps.assign(strategy=steps["rollout_id"].map(strategies).fillna("unfinished"))
+        intro = Section("Rollout run", f"{len(rollouts)} finished rollouts, {len(steps)} model calls (each one sample "
+                        "below); records.jsonl holds one record per model call, rollouts.jsonl one per rollout.")
+        text = to_markdown(steps, [run_dir], [intro, violations(rollouts), survival(rollouts), thinking(steps), cache(steps)])
+    write_file(out / "report.md", text)
+    write_file(out / "report.html", to_html(text, out))
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.rollouts", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a rollout run directory (records.jsonl, rollouts.jsonl)")
+    parser.add_argument("--out", type=Path, default=None, help="where report.md and report.html go (default: the run)")
+    args = parser.parse_args(argv)
+    try:
+        write_rollout_report(args.run_dir, args.out)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"statusbench: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"statusbench: wrote {(args.out or args.run_dir) / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
