@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import scenarios
 from harness.agent import loop
 from harness.agent.env import Environment
 from harness.backends import Backend, make_backend
@@ -20,8 +21,6 @@ from harness.rundir.store import RunDirError
 from harness.types import Completion
 from scenarios.xfinity import XfinityConfig
 from tests.conftest import SEED_PATH, make_cfg, run_cli
-
-import scenarios
 
 SAME_CALL = '<tool_call>{"name": "phone_call", "arguments": {"company": "Xfinity", "reason": "chase the ticket"}}</tool_call>'
 # the seed's block message for the third identical call of a turn, byte for byte (loop_guard.rs)

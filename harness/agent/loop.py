@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import scenarios
 from harness.backends import Backend, make_backend

@@ -2,8 +2,9 @@
 prompts.jsonl) and one RolloutRecord per finished rollout (rollouts.jsonl)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from harness.types import RECORD_SCHEMA_VERSION, Completion
 
@@ -54,7 +55,7 @@ class StepRecord:
                           finish_reason=self.finish_reason, error=self.error, scripted=self.scripted)
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> "StepRecord":
+    def of(cls, row: dict[str, Any]) -> StepRecord:
         return cls(**{k: row.get(k) for k in cls.__dataclass_fields__})
 
 
@@ -100,7 +101,7 @@ class RolloutRecord:
 
     @classmethod
     def summarize(cls, head: dict[str, Any], steps: list[StepRecord], outcome: str, turns: int, target_calls: int,
-                  created_at: str) -> "RolloutRecord":
+                  created_at: str) -> RolloutRecord:
         """`head`: the rollout's identity fields; `steps`: its step records in order."""
         violated = [s for s in steps if s.label == "violated"]
         calls = [c for s in steps for c in s.calls]
