@@ -17,17 +17,36 @@ import pandas as pd
 from analysis.report import to_html, to_markdown
 from analysis.section import Section
 from analysis.stats import bootstrap_location, ols_slope, pass_hat_k, wilson
+from harness.context.strategy import shared_prefix
 from harness.io.files import write_file
-from harness.rundir.layout import RECORDS, ROLLOUTS, run_parts
+from harness.rundir.layout import PROMPTS, RECORDS, ROLLOUTS, run_parts
 from harness.rundir.store import read_jsonl
+from harness.types import canonical_json
 
 
 def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per model call, one row per finished rollout) of a run and its shards."""
+    """(one row per model call, one row per finished rollout) of a run and its shards; each step
+    with `prompt_chars_kept`, the characters its prompt shares with its rollout's previous prompt."""
     parts = run_parts(Path(run_dir))
     steps = [row for p in parts for row in read_jsonl(p / RECORDS, required=("rollout_id", "step"))]
     rollouts = [row for p in parts for row in read_jsonl(p / ROLLOUTS, required=("rollout_id",))]
+    texts = {row["prompt_sha256"]: prompt_text(row) for p in parts for row in read_jsonl(p / PROMPTS, required=("prompt_sha256",))}
+    previous: dict[str, str] = {}
+    for row in sorted(steps, key=lambda r: (r["rollout_id"], r["step"])):
+        text = texts.get(row["prompt_sha256"], "")
+        row["prompt_text_chars"] = len(text)
+        row["prompt_chars_kept"] = shared_prefix(previous[row["rollout_id"]], text) if row["rollout_id"] in previous else None
+        previous[row["rollout_id"]] = text
     return pd.DataFrame(steps), pd.DataFrame(rollouts)
+
+
+def prompt_text(row: dict) -> str:
+    """A prompt as the model saw it: rendered, where the backend rendered it; else each message's
+    role, content and calls in order (what a prefix cache could keep, up to the template's markup)."""
+    if row.get("rendered"):
+        return row["rendered"]
+    return "".join(f"<{m.get('role')}>{m.get('content') or ''}{canonical_json(m['tool_calls']) if m.get('tool_calls') else ''}"
+                   for m in row.get("messages") or [])
 
 
 def _ci(est: float, low: float, high: float, fmt: str = ".2f") -> str:
@@ -35,9 +54,10 @@ def _ci(est: float, low: float, high: float, fmt: str = ".2f") -> str:
 
 
 def strategy(config: dict) -> str:
-    """The bar's update strategy of a condition (replace, append), or `no bar`."""
+    """The bar's update strategy of a condition: replace, append, or reflow (no bar: state reaches the
+    model through tool results only), as harness.context.strategy names them."""
     status = (config or {}).get("status")
-    return str(status["update"]) if status else "no bar"
+    return str(status["update"]) if status else "reflow"
 
 
 def violations(rollouts: pd.DataFrame) -> Section:
@@ -103,15 +123,24 @@ def cache(steps: pd.DataFrame) -> Section:
         prompt = reported["prompt_tokens"].sum()
         cost = pd.to_numeric(g["cost_usd"], errors="coerce")
         latency = pd.to_numeric(g["latency_s"], errors="coerce")
-        rows.append({"condition": cond, "bar update": strat, "steps": len(g), "steps reporting cache": len(reported),
+        later = g[g["prompt_chars_kept"].notna()]
+        kept = later["prompt_chars_kept"].sum() / later["prompt_text_chars"].sum() if len(later) else math.nan
+        rows.append({"condition": cond, "bar update": strat, "steps": len(g),
+                     "prompt kept from the previous step": "n/a" if math.isnan(kept) else f"{kept:.1%}",
+                     "new characters per step": "n/a" if not len(later) else
+                     f"{(later['prompt_text_chars'] - later['prompt_chars_kept']).mean():.0f}",
+                     "steps reporting cache": len(reported),
                      "prompt tokens": int(prompt) if len(reported) else "n/a",
                      "cached prompt tokens": int(reported["cached_prompt_tokens"].sum()) if len(reported) else "n/a",
                      "reused": f"{reported['cached_prompt_tokens'].sum() / prompt:.1%}" if len(reported) and prompt else "n/a",
                      "cost per step (USD)": "n/a" if cost.isna().any() else f"{cost.mean():.6f}",
                      "latency per step (s)": "n/a" if latency.isna().all() else f"{latency.mean():.2f}"})
     return Section("Prompt-cache reuse per strategy",
-                   "Cached prompt tokens as the engine or API reported them (hf prefix tree, vLLM prefix cache, "
-                   "OpenAI `cached_tokens`); n/a where the backend reports none (scripted).", pd.DataFrame(rows))
+                   "Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
+                   "rollout's previous prompt began with, steps after the first: what a prefix cache can reuse under "
+                   "each strategy, from the prompts alone. Cached prompt tokens: as the engine or API reported them "
+                   "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`); n/a where the backend reports none "
+                   "(scripted).", pd.DataFrame(rows))
 
 
 def write_rollout_report(run_dir: Path, out_dir: Path | None = None) -> str:
