@@ -16,7 +16,9 @@ from harness.agent import loop
 from harness.agent.env import Environment
 from harness.backends import Backend, make_backend
 from harness.config.schemas import RolloutConfig
+from harness.context import ConditionConfig, view
 from harness.context.loop_guard import HALT_MESSAGE, WARN_MESSAGE
+from harness.context.transcript import Mark
 from harness.rundir.store import RunDirError
 from harness.types import Completion
 from scenarios.xfinity import XfinityConfig
@@ -64,6 +66,8 @@ def test_identical_calls_raise_the_bar_and_meet_the_guard(tmp_path: Path):
         # the model sees the block as the tool result of its third call, the bar after it
         shown = prompts[steps[3]["prompt_sha256"]]["messages"]
         assert shown[-2] == {"role": "tool", "tool_call_id": steps[2]["calls"][0]["id"], "name": "phone_call", "content": BLOCKED}
+        # marked as the guard's, as the condition step marks it in a frozen trajectory
+        assert prompts[steps[3]["prompt_sha256"]]["annotations"][-2]["marks"] == [[0, len(BLOCKED), "loop_guard"]]
         assert [r["label"] for r in steps] == ["complied", "complied", "complied", "violated"]
     prose = sorted((r for r in records if r["condition"] == "status_prose"), key=lambda r: r["step"])
     assert prompts[prose[3]["prompt_sha256"]]["messages"][-1]["content"] == SEED_BAR
@@ -170,6 +174,11 @@ def test_failure_streak_warns_at_three_and_halts_at_eight():
     assert results[2] == f"Error: unknown tool fax\n\n{WARN_MESSAGE.format(count=3)}"
     assert results[7].endswith(HALT_MESSAGE.format(count=8))
     assert env.outcome == "halted" and env.step == 8
+    shown = view(env.snapshot(), ConditionConfig())
+    env.mark_guard(shown)
+    i = next(k for k, m in enumerate(shown.messages) if m.get("content") == results[2])
+    start = len("Error: unknown tool fax\n\n")
+    assert shown.marks[i] == [Mark(start - 2, start, "added"), Mark(start, len(results[2]), "loop_guard")]
 
 
 def test_answers_end_turns_and_the_user_presses_until_the_budget():

@@ -6,7 +6,7 @@ The history it keeps is the engine's truth: the assistant's calls as structured 
 call's result as the engine returned it (the guard's block message for a blocked call, its warn or
 halt line appended to a failing result, as the seed's engine does). Every condition shows the model
 a view of this history (harness.context.view on `snapshot()`); the guard is the environment's, so
-the view does not replay it a second time.
+the view does not replay it a second time, and `mark_guard` marks its text in the view instead.
 
 Stop rule: a step without a call is an answer to the user, which ends the turn; the user presses
 again until `turns` user turns have been taken. A rollout also ends when the guard halts (8 failures
@@ -20,8 +20,10 @@ from typing import Any
 
 from harness.config.schemas import RolloutConfig
 from harness.context import todo
+from harness.context.loop_guard import REGION as GUARD_REGION
 from harness.context.loop_guard import LoopGuard, LoopGuardConfig, is_failure
 from harness.context.status import tally
+from harness.context.transcript import Transcript
 from harness.measure.grading import ParsedCall, parse_tool_calls
 from harness.render import split_thinking, strip_tool_calls
 from harness.types import Completion, Episode, Message
@@ -80,6 +82,7 @@ class Environment:
         self.step = 0
         self.step_in_turn = 0
         self.outcome: str | None = None
+        self.guard_text: dict[int, tuple[str, str]] = {}  # history index -> (the result, what the guard wrote after it)
 
     @property
     def done(self) -> bool:
@@ -115,8 +118,12 @@ class Environment:
             message["tool_calls"] = [{"id": i, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                                      for i, c in zip(ids, parsed)]
         self.messages.append(message)
-        executed = [self._execute(i, c) for i, c in zip(ids, parsed)]
-        self.messages += [{"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.result} for c in executed]
+        outcomes = [self._execute(i, c) for i, c in zip(ids, parsed)]
+        for c, guard in outcomes:
+            if guard is not None:
+                self.guard_text[len(self.messages)] = guard
+            self.messages.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.result})
+        executed = [c for c, _ in outcomes]
         if self.guard.failures >= self.guard.cfg.halt_at:
             self.outcome = HALTED
         elif not parsed:
@@ -134,15 +141,29 @@ class Environment:
         self.turn += 1
         self.step_in_turn = 0
 
-    def _execute(self, call_id: str, call: ParsedCall) -> ExecutedCall:
+    def mark_guard(self, t: Transcript) -> None:
+        """Mark the guard's text in a view of this history (region `loop_guard`, as the condition step
+        marks it in a frozen trajectory), where the view shows the tool result unchanged."""
+        for i, origin in enumerate(t.origins):
+            if origin in self.guard_text and t.messages[i].get("content") == self.messages[origin]["content"]:
+                result, guard = self.guard_text[origin]
+                if result:  # a warn or halt line after the result, the separator marked as added
+                    t.replace(i, result)
+                    t.extend(i, guard, GUARD_REGION)
+                else:  # a blocked call: the block message is the whole result
+                    t.replace(i, guard, GUARD_REGION)
+
+    def _execute(self, call_id: str, call: ParsedCall) -> tuple[ExecutedCall, tuple[str, str] | None]:
+        """The call's outcome, and (the result, the guard's text after it) where the guard wrote."""
         name = str(call.name)
         blocked = self.guard.check(name, call.arguments)
         if blocked is not None:  # the seed's block message is the call's result; the call does not run
-            return ExecutedCall(call_id, name, call.arguments, blocked, True, False)
+            return ExecutedCall(call_id, name, call.arguments, blocked, True, False), ("", blocked)
         result = self._simulate(name, call.arguments)
         failed = is_failure(result)
         note = self.guard.record(failed)
-        return ExecutedCall(call_id, name, call.arguments, f"{result}\n\n{note}" if note else result, False, failed)
+        shown = f"{result}\n\n{note}" if note else result  # Transcript.extend's separator, as the condition step writes it
+        return ExecutedCall(call_id, name, call.arguments, shown, False, failed), ((result, note) if note else None)
 
     def _simulate(self, name: str, args: dict[str, Any]) -> str:
         rule = self.episode.rule

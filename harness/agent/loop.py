@@ -151,6 +151,7 @@ def run_round(cfg: Config, batch: list[Rollout], order: Iterator[int], backend: 
 
 def request(cfg: Config, r: Rollout, snap: Episode, order: Iterator[int]) -> Request:
     shown = view(snap, r.shown)
+    r.env.mark_guard(shown)
     step = r.env.step
     return Request(sample_id=short_hash({"rollout": r.rollout_id, "step": step}), episode_id=r.episode.id,
                    condition=r.condition, replicate=r.replicate, index=next(order),
