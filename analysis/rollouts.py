@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import browser
 from analysis.report import to_html, to_markdown
 from analysis.section import Section
 from analysis.stats import bootstrap_location, ols_slope, pass_hat_k, wilson
@@ -143,7 +144,18 @@ def cache(steps: pd.DataFrame) -> Section:
                    "(scripted).", pd.DataFrame(rows))
 
 
-def write_rollout_report(run_dir: Path, out_dir: Path | None = None) -> str:
+def browser_samples(steps: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
+    """Step records as the sample browser takes samples: each step a cell (`turn`, `step`), the arms of
+    an episode paired step by step (so each arm's prompt, the bar as the model saw it at that step, sits
+    beside the other arm's with the difference marked), the calls shown with the results they got."""
+    return steps.assign(run=str(run_dir), run_label=run_dir.name, correct=steps["label"] == steps["expected"],
+                        episode_id=steps["episode_id"] + " step " + steps["step"].astype(str),
+                        tool_calls=steps["calls"], attention_ref=None,
+                        **{"params.turn": steps["turn"], "params.step": steps["step"]})
+
+
+def write_rollout_report(run_dir: Path, out_dir: Path | None = None, browser_limit: int = browser.DEFAULT_LIMIT) -> str:
+    """report.md and report.html (with the sample browser, steps as samples) of a rollout run."""
     run_dir = Path(run_dir)
     steps, rollouts = load(run_dir)
     out = Path(out_dir) if out_dir else run_dir
@@ -157,7 +169,8 @@ def write_rollout_report(run_dir: Path, out_dir: Path | None = None) -> str:
                         "below); records.jsonl holds one record per model call, rollouts.jsonl one per rollout.")
         text = to_markdown(steps, [run_dir], [intro, violations(rollouts), survival(rollouts), thinking(steps), cache(steps)])
     write_file(out / "report.md", text)
-    write_file(out / "report.html", to_html(text, out))
+    samples = browser_samples(steps, run_dir) if not steps.empty else steps
+    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(samples, [run_dir], browser_limit))))
     return text
 
 

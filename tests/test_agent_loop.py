@@ -207,5 +207,14 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
     for title in ("Rollouts: violations per rollout", "Time to first violation",
                   "Thinking per step against context length", "Prompt-cache reuse per strategy"):
         assert f"## {title}" in report
+    # the browser: every step a sample, paired with the other arm's same step
+    html = (run_dir / "report.html").read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="sb-data">(.*?)</script>', html, re.DOTALL).group(1))
+    steps = _rows(run_dir / "records.jsonl")
+    assert len(data["samples"]) == len(steps)
+    pairs = [(s, p) for s in data["samples"] for p in data["samples"] if p["id"] in s["peers"]]
+    assert pairs and all(p["episode"] == s["episode"] and p["condition"] != s["condition"] for s, p in pairs)
+    bars = [p for p in data["prompts"].values() if any(region == "status" for *_, region in p["regions"])]
+    assert len(bars) == sum(r["condition"] == "status_tail" for r in steps)
     second = run_cli(*args)
     assert second.returncode == 0 and "8 already done, 0 to run" in second.stdout
