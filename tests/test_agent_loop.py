@@ -19,6 +19,7 @@ from harness.config.schemas import RolloutConfig
 from harness.context import ConditionConfig, view
 from harness.context.loop_guard import HALT_MESSAGE, WARN_MESSAGE
 from harness.context.transcript import Mark
+from harness.errors import ConfigError
 from harness.rundir.store import RunDirError
 from harness.types import Completion
 from scenarios.xfinity import XfinityConfig
@@ -218,3 +219,12 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
     assert len(bars) == sum(r["condition"] == "status_tail" for r in steps)
     second = run_cli(*args)
     assert second.returncode == 0 and "8 already done, 0 to run" in second.stdout
+
+
+def test_rollouts_refuse_what_they_do_not_run():
+    with pytest.raises(ConfigError, match="run.retry_errors"):
+        make_cfg("experiment=agent_loop", "run.retry_errors=true")
+    with pytest.raises(ConfigError, match="probe.attention"):
+        make_cfg("experiment=agent_loop", "probe.attention=true")
+    with pytest.raises(ConfigError, match="rollout.turns"):
+        make_cfg("experiment=agent_loop", "rollout.turns=0")

@@ -82,6 +82,7 @@ class Environment:
         self.step = 0
         self.step_in_turn = 0
         self.outcome: str | None = None
+        self.opening_calls = self.target_calls()  # calls to the target the opening trajectory made
         self.guard_text: dict[int, tuple[str, str]] = {}  # history index -> (the result, what the guard wrote after it)
 
     @property
@@ -96,7 +97,10 @@ class Environment:
         """The history so far as an episode: what a condition's view is built from and the step is
         graded against (the next call to the target breaks the rule once the limit is reached)."""
         made = self.target_calls()
-        return replace(self.episode, messages=list(self.messages), tags=[],
+        # one tag per message where the family tags its messages (attention regions): the steps' are `rollout`
+        added = len(self.messages) - len(self.episode.messages)
+        tags = self.episode.tags + ["rollout"] * added if self.episode.tags else []
+        return replace(self.episode, messages=list(self.messages), tags=tags,
                        facts={**self.episode.facts, "calls_by_target": {self.episode.target: made}},
                        expected="refused" if made >= self.episode.rule.limit else "complied")
 

@@ -179,7 +179,6 @@ def summary(cfg: Config, r: Rollout) -> RolloutRecord:
             "family": r.episode.family, "params": r.episode.params, "condition": r.condition,
             "condition_config": asdict(r.ccfg), "replicate": r.replicate, "model": cfg.model.name,
             "backend": cfg.backend.name}
-    opening = Environment(r.episode, cfg.rollout).target_calls()
     return RolloutRecord.summarize(head, r.steps, str(r.env.outcome), r.env.turn + 1,
-                                   r.env.target_calls() - opening, manifest.now("microseconds"))
+                                   r.env.target_calls() - r.env.opening_calls, manifest.now("microseconds"))
 

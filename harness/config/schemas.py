@@ -246,6 +246,10 @@ class Config:
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        if self.experiment.mode == Mode.rollouts:
+            require(not self.probe.attention, "probe.attention", "does not run in rollouts (experiment.mode=rollouts)")
+            require(not self.run.retry_errors, "run.retry_errors",
+                    "a rollout that met a backend error has ended (outcome error); rerun it under another run.name")
         episodes = self.scenario.planned_episodes()
         if episodes is not None:  # a grid family: refused before a single episode is built
             self.check_plan_size(episodes)
