@@ -18,6 +18,7 @@ from analysis import browser
 from analysis.report import to_html, to_markdown
 from analysis.section import Section
 from analysis.stats import bootstrap_location, ols_slope, pass_hat_k, wilson
+from analysis.style import COLUMN_WIDTH, colors, paper_style, save
 from harness.context.strategy import shared_prefix
 from harness.io.files import write_file
 from harness.rundir.layout import PROMPTS, RECORDS, ROLLOUTS, run_parts
@@ -81,40 +82,68 @@ def violations(rollouts: pd.DataFrame) -> Section:
                    "replicates of an episode all end without a violation.", pd.DataFrame(rows))
 
 
-def survival(rollouts: pd.DataFrame) -> Section:
-    """Kaplan-Meier by step: a rollout that ended without a violation is censored at its last step."""
+def kaplan_meier(rollouts: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and step: rollouts at risk, first violations, and the share still without a violation.
+    A rollout that ended without a violation is censored after its last step."""
     rows = []
     for cond, g in rollouts.groupby("condition", sort=True):
         first = g["first_violation_step"].astype(float)
         last = np.where(first.isna(), g["steps"] - 1, first)
         clean = 1.0
-        for step in range(int(last.max()) + 1 if len(g) else 0):
-            at_risk = int((last >= step).sum())
-            events = int((first == step).sum())
-            if at_risk == 0:
-                break
+        for step in range(int(last.max()) + 1):
+            at_risk, events = int((last >= step).sum()), int((first == step).sum())
             clean *= 1 - events / at_risk
-            rows.append({"condition": cond, "step": step, "at risk": at_risk, "first violations": events,
-                         "share without a violation": f"{clean:.2f}"})
+            rows.append({"condition": cond, "step": step, "at risk": at_risk, "first violations": events, "clean": clean})
+    return pd.DataFrame(rows)
+
+
+def survival(rollouts: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section:
+    from matplotlib.ticker import MaxNLocator
+
+    km = kaplan_meier(rollouts)
+    fig = _figure()
+    ax = fig.axes[0]
+    for cond, g in km.groupby("condition", sort=True):
+        ax.step(g["step"], g["clean"], where="post", label=str(cond), color=palette[cond])
+    ax.set(xlabel="step (model call of the rollout)", ylabel="share without a violation", ylim=(-0.02, 1.02))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend()
+    save(fig, out, "rollout_survival")
+    table = km.assign(clean=km["clean"].map(lambda v: f"{v:.2f}")).rename(columns={"clean": "share without a violation"})
     return Section("Time to first violation", "Per arm, Kaplan-Meier by step (0: the rollout's first model call); a "
-                   "rollout that ended without a violation is censored at its last step.", pd.DataFrame(rows))
+                   "rollout that ended without a violation is censored at its last step.", table, figure="rollout_survival")
 
 
-def thinking(steps: pd.DataFrame) -> Section:
+def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section:
     measured = steps["prompt_tokens"].notna().all()
     unit = "prompt tokens" if measured else "prompt characters"
     context = steps["prompt_tokens" if measured else "prompt_chars"].astype(float)
     think = pd.to_numeric(steps["thinking_tokens"], errors="coerce")
     rows = []
+    fig = _figure()
+    ax = fig.axes[0]
     for cond, idx in steps.groupby("condition", sort=True).groups.items():
         fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy())
+        ax.scatter(context[idx], think[idx], s=6, alpha=0.6, color=palette[cond], label=str(cond))
         rows.append({"condition": cond, "steps": len(idx), f"mean context ({unit})": f"{context[idx].mean():.0f}",
                      "mean thinking tokens": "n/a" if think[idx].isna().all() else f"{think[idx].mean():.1f}",
                      f"thinking per 1k {unit} (95% CI)": _ci(fit.slope * 1000, fit.low * 1000, fit.high * 1000),
                      "p": "n/a" if math.isnan(fit.p_value) else f"{fit.p_value:.3g}"})
+    ax.set(xlabel=f"context ({unit})", ylabel="thinking tokens")
+    ax.legend()
+    save(fig, out, "rollout_thinking")
     return Section("Thinking per step against context length",
                    f"OLS of each step's thinking tokens on its context length ({unit}) per arm: the seed's claim is "
-                   "that thinking grows with the context without the bar and stays flat with it.", pd.DataFrame(rows))
+                   "that thinking grows with the context without the bar and stays flat with it.", pd.DataFrame(rows),
+                   figure="rollout_thinking")
+
+
+def _figure():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(COLUMN_WIDTH, 2.4), layout="constrained")
+    fig.subplots()
+    return fig
 
 
 def cache(steps: pd.DataFrame) -> Section:
@@ -167,7 +196,10 @@ def write_rollout_report(run_dir: Path, out_dir: Path | None = None, browser_lim
         steps = steps.assign(strategy=steps["rollout_id"].map(strategies).fillna("unfinished"))
         intro = Section("Rollout run", f"{len(rollouts)} finished rollouts, {len(steps)} model calls (each one sample "
                         "below); records.jsonl holds one record per model call, rollouts.jsonl one per rollout.")
-        text = to_markdown(steps, [run_dir], [intro, violations(rollouts), survival(rollouts), thinking(steps), cache(steps)])
+        palette = colors(sorted(set(rollouts["condition"]) | set(steps["condition"])))  # one colour per arm in both figures
+        with paper_style():
+            parts = [intro, violations(rollouts), survival(rollouts, out, palette), thinking(steps, out, palette), cache(steps)]
+        text = to_markdown(steps, [run_dir], parts)
     write_file(out / "report.md", text)
     samples = browser_samples(steps, run_dir) if not steps.empty else steps
     write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(samples, [run_dir], browser_limit))))

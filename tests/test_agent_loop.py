@@ -208,6 +208,7 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
     for title in ("Rollouts: violations per rollout", "Time to first violation",
                   "Thinking per step against context length", "Prompt-cache reuse per strategy"):
         assert f"## {title}" in report
+    assert (run_dir / "rollout_survival.png").is_file() and (run_dir / "rollout_thinking.png").is_file()
     # the browser: every step a sample, paired with the other arm's same step
     html = (run_dir / "report.html").read_text()
     data = json.loads(re.search(r'<script type="application/json" id="sb-data">(.*?)</script>', html, re.DOTALL).group(1))
