@@ -229,3 +229,5 @@ def test_rollouts_refuse_what_they_do_not_run():
         make_cfg("experiment=agent_loop", "probe.attention=true")
     with pytest.raises(ConfigError, match="rollout.turns"):
         make_cfg("experiment=agent_loop", "rollout.turns=0")
+    with pytest.raises(ConfigError, match="todo_state family's grader"):
+        loop.plan(make_cfg("experiment.mode=rollouts", "scenario=todo_state"))

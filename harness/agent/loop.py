@@ -20,11 +20,13 @@ from typing import Any
 
 import scenarios
 from harness.backends import Backend, make_backend
-from harness.config.schemas import Config
+from harness.config.schemas import Config, require
 from harness.context import ConditionConfig, view
 from harness.flow import stages
 from harness.flow.plan import in_shard, sample_seed, with_model
+from harness.measure import grading
 from harness.measure.cost import cost_usd
+from harness.registry import FAMILIES
 from harness.rundir import manifest
 from harness.rundir.layout import ROLLOUTS
 from harness.rundir.store import RunDirError, read_jsonl
@@ -53,6 +55,12 @@ class Rollout:
 
 
 def plan(cfg: Config) -> list[Rollout]:
+    family = cfg.scenario.family
+    # a step is labelled against the history so far; only the call-limit rule reads it from there (the
+    # other families' graders read facts counted once, for the frozen trajectory's last turn)
+    require(FAMILIES.get(family, "scenario.family").grade is grading.grade, "scenario.family",
+            f"the {family} family's grader labels a frozen trajectory's last turn only; rollouts run the call-limit "
+            "families (xfinity and its variants, traces)")
     episodes = scenarios.build_episodes(cfg.scenario)
     cfg.check_plan_size(len(episodes))
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(),
