@@ -231,3 +231,29 @@ def test_rollouts_refuse_what_they_do_not_run():
         make_cfg("experiment=agent_loop", "rollout.turns=0")
     with pytest.raises(ConfigError, match="todo_state family's grader"):
         loop.plan(make_cfg("experiment.mode=rollouts", "scenario=todo_state"))
+
+
+def test_kaplan_meier_censors_rollouts_that_ended_clean():
+    import pandas as pd
+
+    from analysis.rollouts import kaplan_meier
+
+    rollouts = pd.DataFrame({"condition": ["a", "a", "a"], "steps": [3, 2, 4],
+                             "first_violation_step": [1, None, 0]})
+    km = kaplan_meier(rollouts)
+    assert km["at risk"].tolist() == [3, 2] and km["first violations"].tolist() == [1, 1]
+    assert km["clean"].tolist() == pytest.approx([2 / 3, 1 / 3])  # the clean rollout leaves the risk set after step 1
+
+
+@pytest.mark.model
+def test_rollouts_on_the_embedded_model_count_prompt_and_cached_tokens(tmp_path: Path):
+    """The hf backend in the loop: one batch per round, its token counters in every step record."""
+    cfg = make_cfg("experiment=agent_loop", f"run.root={tmp_path}", "scenario.episodes_per_cell=1", "rollout.turns=2",
+                   "model.generation.max_new_tokens=16", "run.progress=false")
+    loop.execute(cfg, {}, tmp_path / "run")
+    steps = _rows(tmp_path / "run" / "records.jsonl")
+    rollouts = _rows(tmp_path / "run" / "rollouts.jsonl")
+    assert len(rollouts) == 2 and all(not s["scripted"] and s["error"] is None for s in steps)
+    assert all(isinstance(s["prompt_tokens"], int) and isinstance(s["cached_prompt_tokens"], int) for s in steps)
+    assert sum(s["cached_prompt_tokens"] for s in steps) > 0  # the arms' shared prefix, reused within a round
+    assert {r["cached_prompt_tokens"] for r in rollouts} != {None}
