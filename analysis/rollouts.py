@@ -31,7 +31,8 @@ def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     with `prompt_chars_kept`, the characters its prompt shares with its rollout's previous prompt."""
     parts = run_parts(Path(run_dir))
     steps = [row for p in parts for row in read_jsonl(p / RECORDS, required=("rollout_id", "step"))]
-    rollouts = [row for p in parts for row in read_jsonl(p / ROLLOUTS, required=("rollout_id",))]
+    # the newest line of a rollout counts: a rollout whose steps were cut off ran on and was recorded again
+    rollouts = list({row["rollout_id"]: row for p in parts for row in read_jsonl(p / ROLLOUTS, required=("rollout_id",))}.values())
     texts = {row["prompt_sha256"]: prompt_text(row) for p in parts for row in read_jsonl(p / PROMPTS, required=("prompt_sha256",))}
     previous: dict[str, str] = {}
     for row in sorted(steps, key=lambda r: (r["rollout_id"], r["step"])):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 import scenarios
+from analysis.rollouts import load
 from harness.agent import loop
 from harness.agent.env import Environment
 from harness.backends import Backend, make_backend
@@ -136,6 +138,21 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
 
     again = Counting(make_backend(cfg.model, cfg.backend))
     assert loop.execute(cfg, {}, cut, again)["new"] == 0 and again.requests == 0
+    # a finished run's records cut in half (its rollouts' records left as they were): the cut rollouts run
+    # on, no kept step asked again, and their new records supersede the old ones
+    halved = tmp_path / "halved"
+    shutil.copytree(whole, halved)
+    lines = (halved / "records.jsonl").read_bytes().splitlines(keepends=True)
+    (halved / "records.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]) + lines[len(lines) // 2][:25])
+    rerun = Counting(make_backend(cfg.model, cfg.backend))
+    loop.execute(cfg, {}, halved, rerun)
+    assert rerun.requests == len(expected) - len(lines) // 2
+    assert _without_time(_rows(halved / "records.jsonl")) == _without_time(expected)
+    newest = {r["rollout_id"]: r for r in _rows(halved / "rollouts.jsonl")}
+    assert _without_time(list(newest.values())) == _without_time(_rows(whole / "rollouts.jsonl"))
+    _, read_back = load(halved)
+    assert sorted(read_back["rollout_id"]) == sorted(newest)
+
     with pytest.raises(RunDirError, match="rollout.turns"):  # another environment is another experiment
         loop.execute(_cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=4"), {}, cut)
 

@@ -39,7 +39,6 @@ from .records import RolloutRecord, StepRecord, executed
 @dataclass
 class Rollout:
     rollout_id: str
-    position: int  # in the plan
     episode: Episode
     condition: str
     ccfg: ConditionConfig
@@ -74,7 +73,7 @@ def plan(cfg: Config) -> list[Rollout]:
                 rid = short_hash({"episode": episode.id, "condition": {"name": name, **ccfg.identity()},
                                   "replicate": replicate, "seed": seed, **identity})
                 env = Environment(episode, cfg.rollout, ccfg.loop_guard)
-                out.append(Rollout(rid, len(out), episode, name, ccfg, replicate, seed, env))
+                out.append(Rollout(rid, episode, name, ccfg, replicate, seed, env))
     shard = cfg.run.shard_spec
     return out if shard is None else [r for r in out if in_shard(r.episode.id, *shard)]
 
@@ -95,7 +94,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
     """Run every unfinished rollout of the plan into run_dir. Returns counts for the caller."""
     rollouts = plan(cfg)
     with stages.open_run(cfg, Path(run_dir), resolved) as run:
-        finished = {row["rollout_id"] for row in read_jsonl(run.job_dir / ROLLOUTS, repair=True, required=("rollout_id",))}
+        recorded = {row["rollout_id"] for row in read_jsonl(run.job_dir / ROLLOUTS, repair=True, required=("rollout_id",))}
         stored: dict[str, list[StepRecord]] = defaultdict(list)
         for row in read_jsonl(run.store.records_path, repair=True, required=("rollout_id", "step")):
             stored[row["rollout_id"]].append(StepRecord.of(row))
@@ -103,16 +102,18 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         # Records are appended in that order (rounds by step, each in plan order; a resumed run first
         # completes the round a kill cut short), so the stored ones are always its first steps.
         order = itertools.count(sum(len(steps) for steps in stored.values()))
-        left = [r for r in rollouts if r.rollout_id not in finished]
-        for r in left:
+        for r in rollouts:
             resume(r, stored[r.rollout_id])
-        active = [r for r in left if not r.env.done]
-        print(f"statusbench: {len(rollouts)} rollouts planned, {len(rollouts) - len(left)} already done, "
+        # a rollout is done when its stored steps end it; one whose steps were cut off after its record was
+        # written runs on, and its new record supersedes the old (the newest line of a rollout counts)
+        unrecorded = [r for r in rollouts if r.env.done and r.rollout_id not in recorded]
+        active = [r for r in rollouts if not r.env.done]
+        print(f"statusbench: {len(rollouts)} rollouts planned, {len(rollouts) - len(active)} already done, "
               f"{len(active)} to run -> {run.job_dir}", flush=True)
         with nullcontext(backend) if backend or not active else make_backend(cfg.model, cfg.backend) as loaded:
             session = stages.start_session(run, len(rollouts), len(active))
-            # a run killed after a rollout's last step but before its record: the record now
-            run.store.append_rows(ROLLOUTS, [asdict(summary(cfg, r)) for r in left if r.env.done])
+            # killed after a rollout's last step but before its record: the record now
+            run.store.append_rows(ROLLOUTS, [asdict(summary(cfg, r)) for r in unrecorded])
             if active:
                 run.model_info.update(loaded.describe())
                 step_all(cfg, run, active, order, loaded)
