@@ -5,7 +5,8 @@ who presses after each answer, a turn budget and a stop rule.
 The history it keeps is the engine's truth: the assistant's calls as structured `tool_calls`, each
 call's result as the engine returned it (the guard's block message for a blocked call, its warn or
 halt line appended to a failing result, as the seed's engine does). Every condition shows the model
-a view of this history (harness.context.view on `snapshot()`); the guard is the environment's, so
+a view of this history (harness.context.view on `snapshot()`); the guard is the environment's (on
+under every condition, as in the seed's engine; a condition's `loop_guard` settings set its thresholds), so
 the view does not replay it a second time, and `mark_guard` marks its text in the view instead.
 
 Stop rule: a step without a call is an answer to the user, which ends the turn; the user presses
