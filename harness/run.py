@@ -16,9 +16,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from harness.agent import loop as agent_loop
 from harness.backends import Backend, make_backend
 from harness.config.compose import CONF_DIR, register, to_typed, user_errors
-from harness.config.schemas import Config
+from harness.config.schemas import Config, Mode
 from harness.errors import ConfigError
 from harness.flow import stages
 from harness.flow.plan import Sample, make_plan
@@ -82,9 +83,16 @@ def main(dcfg: DictConfig) -> None:
         cfg = to_typed(dcfg)
         # SIGTERM (a scheduler's kill, `timeout`) ends the run like Ctrl-C: what is written is kept, said in one line
         signal.signal(signal.SIGTERM, _interrupt)
-        counts = execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
+        rollouts = cfg.experiment.mode == Mode.rollouts
+        flow = agent_loop.execute if rollouts else execute
+        counts = flow(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
         if cfg.run.report and not counts["planned"]:  # no episode hashed to this shard: no records to report on
             print(f"statusbench: run.shard={cfg.run.shard} holds none of the plan's episodes; no report")
+        elif cfg.run.report and rollouts:
+            from analysis.rollouts import write_rollout_report  # analysis loads only here (see below)
+
+            write_rollout_report(run_dir)
+            print(f"statusbench: wrote {run_dir / 'report.md'}")
         elif cfg.run.report:
             # the last stage; analysis stands above the harness (pandas, matplotlib), so it loads only here
             from analysis.load import load_records

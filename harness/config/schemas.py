@@ -139,15 +139,36 @@ class ScenarioConfig:
         return math.prod(len(getattr(self, a)) for a in self.grid_axes) * self.episodes_per_cell
 
 
+class Mode(StrEnum):
+    samples = "samples"  # one decision per sample on a frozen trajectory (harness.flow)
+    rollouts = "rollouts"  # multi-turn rollouts whose tool calls execute (harness.agent)
+
+
 @dataclass
 class ExperimentConfig:
     name: str = "status_ablation"
     replicates: int = 1
     seed: int = 0
+    mode: Mode = Mode.samples
 
     def __post_init__(self) -> None:
         require(self.replicates >= 1, "experiment.replicates", f"must be >= 1, got {self.replicates}")
         require(is_dir_name(self.name), "experiment.name", f"not a directory name: {self.name!r} (one path component, at most 255 bytes)")
+
+
+@dataclass
+class RolloutConfig:
+    """experiment.mode=rollouts: each episode's trajectory opens an environment (harness.agent.env)
+    that the model acts in until the turn budget or the stop rule ends it."""
+    turns: int = 3  # user turns in all, the episode's own final one included
+    max_steps_per_turn: int = 6  # model calls in one turn before the rollout stops (outcome step_limit)
+    # what the scripted user says after each answer; null: the episode's final user message again
+    user_press: Optional[str] = None
+    todo_tools: bool = False  # offer the seed's eight TODO tools besides the episode's own
+
+    def __post_init__(self) -> None:
+        require(self.turns >= 1, "rollout.turns", f"must be >= 1, got {self.turns}")
+        require(self.max_steps_per_turn >= 1, "rollout.max_steps_per_turn", f"must be >= 1, got {self.max_steps_per_turn}")
 
 
 @dataclass
@@ -223,9 +244,14 @@ class Config:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     run: RunConfig = field(default_factory=RunConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        if self.experiment.mode == Mode.rollouts:
+            require(not self.probe.attention, "probe.attention", "does not run in rollouts (experiment.mode=rollouts)")
+            require(not self.run.retry_errors, "run.retry_errors",
+                    "a rollout that met a backend error has ended (outcome error); rerun it under another run.name")
         episodes = self.scenario.planned_episodes()
         if episodes is not None:  # a grid family: refused before a single episode is built
             self.check_plan_size(episodes)

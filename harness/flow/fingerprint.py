@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.schemas import Config
+from harness.config.schemas import Config, Mode
 from harness.rundir.layout import MANIFEST, SHARDS_DIR
 from harness.rundir.store import RunDirError
 from harness.types import canonical_json
@@ -35,6 +35,8 @@ def fingerprint(cfg: Config) -> dict[str, Any]:
         "backend": cfg.backend.identity(),
         "experiment": {"replicates": cfg.experiment.replicates, "seed": cfg.experiment.seed},
     }
+    if cfg.experiment.mode == Mode.rollouts:  # only then: a samples run keeps the fingerprint it always had
+        nested["rollout"] = {"mode": str(cfg.experiment.mode), **asdict(cfg.rollout)}
     flat = {f"{group}.{key}": value for group, values in nested.items() for key, value in values.items()}
     return json.loads(canonical_json(flat))  # tuples -> lists: equal to what a manifest reads back
 

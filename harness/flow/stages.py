@@ -27,7 +27,7 @@ from harness.measure.cost import cost_usd
 from harness.rundir import manifest
 from harness.rundir.layout import RECORDS, run_parts, shard_dir
 from harness.rundir.store import RunStore, prompt_hash
-from harness.types import Completion, Record, short_hash
+from harness.types import Completion, Record, Request, short_hash
 
 
 @dataclass
@@ -112,12 +112,17 @@ def grade(batch: list[Sample], completions: list[Completion], ctx: RecordContext
     """Each sample's record (graded by its family) and the prompt rows it points at."""
     records, prompts = [], []
     for sample, completion in zip(batch, completions):
-        req = sample.request
-        sha = prompt_hash(completion.prompt_text, req.messages, req.tools)
-        prompts.append({"prompt_sha256": sha, "messages": req.messages, "tools": req.tools,
-                        "rendered": completion.prompt_text, "annotations": req.annotations})
-        records.append(to_record(sample, completion, ctx, sha, written.get(sample.sample_id)))
+        row = prompt_row(sample.request, completion)
+        prompts.append(row)
+        records.append(to_record(sample, completion, ctx, row["prompt_sha256"], written.get(sample.sample_id)))
     return records, prompts
+
+
+def prompt_row(req: Request, completion: Completion) -> dict[str, Any]:
+    """The prompts.jsonl row of one request: what the model saw, keyed by its hash."""
+    sha = prompt_hash(completion.prompt_text, req.messages, req.tools)
+    return {"prompt_sha256": sha, "messages": req.messages, "tools": req.tools,
+            "rendered": completion.prompt_text, "annotations": req.annotations}
 
 
 def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt_sha: str,

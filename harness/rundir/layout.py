@@ -10,6 +10,7 @@ SHARDS_DIR = "shards"
 RECORDS = "records.jsonl"
 PROMPTS = "prompts.jsonl"
 MANIFEST = "manifest.json"
+ROLLOUTS = "rollouts.jsonl"  # experiment.mode=rollouts: one line per finished rollout
 ATTENTION_DIR = "attention"
 
 

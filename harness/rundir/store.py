@@ -171,6 +171,10 @@ class RunStore:
         _append_lines(self.prompts_path, new_prompts)
         _append_lines(self.records_path, (canonical_json(asdict(r)) for r in records))
 
+    def append_rows(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
+        """Rows of another JSONL file of the run (e.g. rollouts.jsonl), appended and fsynced like records."""
+        _append_lines(self.dir / name, (canonical_json(r) for r in rows))
+
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
