@@ -23,12 +23,16 @@ REJECTION = "System message must be at the beginning."
 
 class FaultServer:
     def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0,
-                 delay_s: float = 0.0, trickle_s: float = 0.5):
+                 delay_s: float = 0.0, trickle_s: float = 0.5, rejection: str = REJECTION,
+                 text: str | None = None, html: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>"):
         self.rng = random.Random(seed)
         self.fates = fates or FATES
         self.hang_s = hang_s
         self.delay_s = delay_s  # before every normal answer: a slow server, so a job can be stopped mid-run
         self.trickle_s = trickle_s
+        self.rejection = rejection  # the 400's message
+        self.text = text  # the answers' content (None: a refusal)
+        self.html = html  # the body of an `html` 200
         self.served: Counter[str] = Counter()
         self.auth_headers: set[str] = set()
         self.lock = threading.Lock()
@@ -46,17 +50,17 @@ class FaultServer:
                     server.auth_headers.add(self.headers.get("authorization", ""))
                 if fate == "ok":
                     time.sleep(server.delay_s)
-                    self._json(200, _answer(body))
+                    self._json(200, _answer(body, server.text))
                 elif fate in ("429", "500"):
                     self._json(int(fate), {"error": {"message": f"injected {fate}", "type": "fault"}},
                                {"retry-after-ms": "10"})
                 elif fate == "400":
-                    self._json(400, {"error": {"message": REJECTION, "type": "BadRequestError"}})
+                    self._json(400, {"error": {"message": server.rejection, "type": "BadRequestError"}})
                 elif fate == "hang":
                     time.sleep(server.hang_s)
                     self.connection.shutdown(socket.SHUT_RDWR)
                 elif fate == "html":
-                    self._send(200, b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html")
+                    self._send(200, server.html, "text/html")
                 elif fate == "null_message":
                     answer = _answer(body)
                     answer["choices"][0]["message"] = None
@@ -115,8 +119,8 @@ class FaultServer:
         self.httpd.server_close()
 
 
-def _answer(body: dict) -> dict:
-    text = "I can't place another call: the limit for this company is reached."
+def _answer(body: dict, text: str | None = None) -> dict:
+    text = text or "I can't place another call: the limit for this company is reached."
     prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
     return {"id": "chatcmpl-fault", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
