@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from analysis import figures
 from tests.conftest import REPO
 from tests.fault_server import FaultServer
@@ -41,3 +43,44 @@ def test_markdown_in_a_servers_error_stays_text_in_the_report(tmp_path: Path):
     assert hostile in html  # the server's text, visible as the characters it sent
     md = (run_dir / "report.md").read_text()
     assert r"\!\[k\](/proc/self/environ)" in md and "](/proc" not in md.replace(r"\](/proc", "")
+
+
+def _key_runs(text: str, key: str = SECRET, run: int = 12) -> list[str]:
+    """Every piece of `run` consecutive characters of the key found in text."""
+    return [key[i:i + run] for i in range(len(key) - run + 1) if key[i:i + run] in text]
+
+
+def test_a_key_in_a_200_answer_is_never_stored(tmp_path: Path):
+    answer = f"Here is your key: {SECRET}. Its middle: {SECRET[8:22]}. Done."
+    with FaultServer(seed=1, fates={"ok": 1.0}, text=answer) as server:
+        res = _run(server, tmp_path)
+    assert res.returncode == 0, res.stderr
+    run_dir = tmp_path / "status_ablation" / "hostile"
+    records = (run_dir / "records.jsonl").read_text()
+    assert "Here is your key: [redacted]. Its middle: [redacted]. Done." in records  # the answer is kept, the key not
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):  # records, report, browser, logs
+        assert not _key_runs(path.read_bytes().decode("utf-8", "replace")), path
+    assert not _key_runs(res.stdout + res.stderr)
+
+
+def _generate(server: FaultServer, monkeypatch, *overrides: str):
+    from harness.backends.openai_api import OpenAIBackend
+    from harness.flow.plan import make_plan
+    from tests.conftest import make_cfg
+
+    monkeypatch.setenv("STATUSBENCH_TEST_KEY", SECRET)
+    cfg = make_cfg("backend=openai", f"backend.base_url={server.base_url}", "backend.api_key_env=STATUSBENCH_TEST_KEY",
+                   "backend.max_retries=0", "backend.timeout_s=5", "scenario.calls_made=[3]",
+                   "scenario.placement=[early]", "scenario.episodes_per_cell=1", *overrides)
+    return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in make_plan(cfg)])
+
+
+@pytest.mark.parametrize("before_cut", [11, 19])
+def test_a_key_across_the_cut_of_a_non_json_200_is_redacted_whole(monkeypatch, before_cut):
+    # the quoted body is cut at 200 characters: the key starts `before_cut` characters before the cut
+    body = ("x" * (200 - before_cut) + SECRET + " trailing page").encode()
+    with FaultServer(fates={"html": 1.0}, html=body) as server:
+        completions = _generate(server, monkeypatch)
+    assert completions and all("not a chat completion" in c.error for c in completions)
+    for c in completions:
+        assert SECRET[:before_cut] not in c.error and "[redacte" in c.error, c.error

@@ -6,7 +6,9 @@ backoff and jitter on 408/409/429/5xx, timeouts and dropped connections are the 
 prompt), becomes an error record carrying the server's message, as does a 200 that is not a chat
 completion or a request past its overall deadline (timeout_s x (max_retries + 1)). The API key is
 read from the environment variable named by backend.api_key_env, lives only inside the client
-object, and is redacted from every error text.
+object, and is redacted (any 12 consecutive characters of it) from every text the server returns:
+content, reasoning, tool calls, finish reason and error bodies, before anything stores or prints them.
+Lone surrogates in those texts become U+FFFD (harness.io.text).
 """
 from __future__ import annotations
 
@@ -14,13 +16,14 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.engine.prefix import prefix_key, prefix_order
 from harness.io.secrets import looks_like_secret, redact
+from harness.io.text import map_strings, whole_chars
 from harness.io.validate import token_count
 from harness.render import chat_input, split_thinking
 from harness.types import Completion, GenerationSettings, Request
@@ -152,12 +155,13 @@ def describe_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def parse_response(resp: Any, latency: float) -> Completion:
+def parse_response(resp: Any, latency: float, clean: Callable[[str], str] = str) -> Completion:
     """A non-streamed response as a Completion; ValueError when the server's 200 is not a chat
-    completion (an HTML page, `message: null`, usage as strings), so only this sample fails."""
+    completion (an HTML page, `message: null`, usage as strings), so only this sample fails. Its
+    body is quoted `clean`ed (redacted) first, then cut: a cut first would leave part of a key."""
     choices = _get(resp, "choices") if not isinstance(resp, (str, bytes)) else None
     if not isinstance(choices, list):
-        raise ValueError(f"response is not a chat completion: {str(resp)[:200]!r}")
+        raise ValueError(f"response is not a chat completion: {clean(str(resp))[:200]!r}")
     if not choices:
         raise ValueError("response has no choices")
     choice = choices[0]
@@ -223,28 +227,36 @@ class OpenAIBackend(Backend):
         t0 = time.perf_counter()
         try:
             # timeout_s bounds each read; a body trickling in a byte at a time needs an overall deadline
-            return await asyncio.wait_for(self._call(client, kwargs, t0), self.deadline_s)
+            return self.cleaned(await asyncio.wait_for(self._call(client, kwargs, t0), self.deadline_s))
         except openai.APIError as exc:
             error = describe_error(exc)
         except asyncio.TimeoutError:
             error = f"no complete response within the deadline of {self.deadline_s:g} s (backend.timeout_s x (max_retries + 1))"
         except Exception as exc:  # a dropped connection, a 200 that is not a chat completion: this sample's outcome
             error = f"{type(exc).__name__}: {exc}"
-        return Completion(error=f"openai: {self.redact(error)}", latency_s=time.perf_counter() - t0)
+        return Completion(error=f"openai: {self.clean(error)}", latency_s=time.perf_counter() - t0)
 
     async def _call(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
         if self.cfg.stream:
             return await self._stream(client, kwargs, t0)
         resp = await client.chat.completions.create(**kwargs)
-        return parse_response(resp, time.perf_counter() - t0)
+        return parse_response(resp, time.perf_counter() - t0, self.clean)
 
     @property
     def deadline_s(self) -> float:
         return self.cfg.timeout_s * (self.cfg.max_retries + 1)
 
-    def redact(self, text: str) -> str:
-        """Servers may echo the key (a 401 repeating the Authorization header): never store it."""
-        return redact(text, os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None)
+    def clean(self, text: str) -> str:
+        """A text the server returned, as it may be stored: servers may echo the key (a 401 repeating
+        the Authorization header, an answer quoting it), never store it; lone surrogates replaced."""
+        return redact(whole_chars(text), os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None)
+
+    def cleaned(self, c: Completion) -> Completion:
+        """`c` with every text the server returned `clean`ed."""
+        return replace(c, text=self.clean(c.text), reasoning=self.clean(c.reasoning),
+                       tool_calls=map_strings(c.tool_calls, self.clean),
+                       finish_reason=map_strings(c.finish_reason, self.clean),
+                       error=map_strings(c.error, self.clean))
 
     async def _stream(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
         content, reasoning, calls = [], [], {}
