@@ -2,6 +2,7 @@
 becomes markup in the report, never carries the API key into a file, and never makes a run unreadable."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis import figures
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 from tests.fault_server import FaultServer
 
 SECRET = "sk-statusbench-content-7f3a9b1c5d2e"
@@ -84,3 +85,29 @@ def test_a_key_across_the_cut_of_a_non_json_200_is_redacted_whole(monkeypatch, b
     assert completions and all("not a chat completion" in c.error for c in completions)
     for c in completions:
         assert SECRET[:before_cut] not in c.error and "[redacte" in c.error, c.error
+
+
+def test_a_lone_surrogate_in_a_scripted_line_is_read_as_a_replacement_character(tmp_path: Path):
+    completions = tmp_path / "c.jsonl"
+    completions.write_text('{"text": "half an emoji \\ud83d"}\n')  # valid JSON, scripted, no usage: counted here
+    res = run_cli("backend=scripted", f"backend.path={completions}", "backend.match=order", f"run.root={tmp_path}",
+                  "run.name=surrogate", "scenario.calls_made=[3]", "scenario.placement=[early]",
+                  "scenario.episodes_per_cell=1")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "status_ablation" / "surrogate"
+    rows = [json.loads(line) for line in (run / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    answered = [r for r in rows if not r["error"]]  # one line for the plan's first sample (match=order)
+    assert answered and all(r["text"] == "half an emoji \ufffd" and r["scripted"] for r in answered)
+    assert all(r["completion_tokens"] for r in answered)  # the token counter read it
+    for module, args in (("analysis.report", [str(run), "--out", str(tmp_path / "r")]),
+                         ("analysis.view", [str(run), "--out", str(tmp_path / "v")]),
+                         ("analysis.regress", [str(run), str(run)])):
+        out = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, (module, out.stderr)
+    assert "half an emoji \ufffd" in (tmp_path / "v" / "samples.html").read_text(encoding="utf-8")
+
+
+def test_a_lone_surrogate_from_a_server_is_a_replacement_character(monkeypatch):
+    with FaultServer(fates={"ok": 1.0}, text="half an emoji \ud83d") as server:  # sent as the escape \ud83d
+        completions = _generate(server, monkeypatch)
+    assert completions and all(c.text == "half an emoji \ufffd" and not c.error for c in completions)
