@@ -24,7 +24,7 @@ REJECTION = "System message must be at the beginning."
 class FaultServer:
     def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0,
                  delay_s: float = 0.0, trickle_s: float = 0.5, rejection: str = REJECTION,
-                 text: str | None = None, html: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>"):
+                 text: str | None = None, usage: dict | None = None, html: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>"):
         self.rng = random.Random(seed)
         self.fates = fates or FATES
         self.hang_s = hang_s
@@ -32,6 +32,7 @@ class FaultServer:
         self.trickle_s = trickle_s
         self.rejection = rejection  # the 400's message
         self.text = text  # the answers' content (None: a refusal)
+        self.usage = usage  # the answers' usage (None: counted from the request)
         self.html = html  # the body of an `html` 200
         self.served: Counter[str] = Counter()
         self.auth_headers: set[str] = set()
@@ -50,7 +51,7 @@ class FaultServer:
                     server.auth_headers.add(self.headers.get("authorization", ""))
                 if fate == "ok":
                     time.sleep(server.delay_s)
-                    self._json(200, _answer(body, server.text))
+                    self._json(200, {**_answer(body, server.text), **({"usage": server.usage} if server.usage else {})})
                 elif fate in ("429", "500"):
                     self._json(int(fate), {"error": {"message": f"injected {fate}", "type": "fault"}},
                                {"retry-after-ms": "10"})

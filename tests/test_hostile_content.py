@@ -111,3 +111,36 @@ def test_a_lone_surrogate_from_a_server_is_a_replacement_character(monkeypatch):
     with FaultServer(fates={"ok": 1.0}, text="half an emoji \ud83d") as server:  # sent as the escape \ud83d
         completions = _generate(server, monkeypatch)
     assert completions and all(c.text == "half an emoji \ufffd" and not c.error for c in completions)
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 5000}},
+    {"prompt_tokens": True, "completion_tokens": 3},
+    {"prompt_tokens": 10, "completion_tokens": False},
+    {"prompt_tokens": -10, "completion_tokens": 3},
+    {"prompt_tokens": 10.5, "completion_tokens": 3},
+    {"prompt_tokens": "10", "completion_tokens": 3},
+    {"prompt_tokens": 10, "completion_tokens": 3, "completion_tokens_details": {"reasoning_tokens": 7}},
+])
+def test_invalid_usage_makes_the_counts_unknown_never_a_wrong_number(monkeypatch, usage):
+    from harness.measure.cost import cost_usd
+    from tests.conftest import make_cfg
+
+    with FaultServer(fates={"ok": 1.0}, usage=usage) as server:
+        completions = _generate(server, monkeypatch)
+    model = make_cfg("model.price_input_per_mtok=3", "model.price_cached_input_per_mtok=1",
+                     "model.price_output_per_mtok=15").model
+    for c in completions:
+        assert not c.error and c.text  # the answer is kept
+        assert (c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens, c.thinking_tokens, c.answer_tokens) == (None,) * 5
+        assert cost_usd(model, c) is None
+
+
+def test_a_cost_is_never_negative():
+    from harness.measure.cost import cost_usd
+    from harness.types import Completion
+    from tests.conftest import make_cfg
+
+    model = make_cfg("model.price_input_per_mtok=3", "model.price_output_per_mtok=15").model
+    assert cost_usd(model, Completion(prompt_tokens=10, cached_prompt_tokens=5000, completion_tokens=3)) is None
+    assert cost_usd(model, Completion(prompt_tokens=10, cached_prompt_tokens=4, completion_tokens=3)) == pytest.approx((10 * 3 + 3 * 15) / 1e6)

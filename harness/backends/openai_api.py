@@ -28,6 +28,7 @@ from harness.io.validate import token_count
 from harness.render import chat_input, split_thinking
 from harness.types import Completion, GenerationSettings, Request
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class OpenAIBackendConfig(BackendConfig):
@@ -98,15 +99,27 @@ def _get(obj: Any, name: str) -> Any:
 
 
 def _usage_fields(usage: Any) -> dict[str, int | None]:
-    """Token counts of a response's usage; ValueError naming the field when one is not a count
-    (a string, a float, negative): the client does not validate what the server sent."""
-    if usage is None:
-        return {"prompt_tokens": None, "cached_prompt_tokens": None, "completion_tokens": None, "reasoning_tokens": None}
+    """Token counts of a response's usage. The client does not validate what the server sent: when
+    one is not a count (a string, a bool, a float, negative) or they contradict each other (more
+    cached than prompt tokens, more reasoning than completion tokens), every count of the sample is
+    unknown (None), never a wrong number; the answer itself is kept."""
     fields = {"prompt_tokens": _get(usage, "prompt_tokens"),
               "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
               "completion_tokens": _get(usage, "completion_tokens"),
               "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")}
-    return {k: token_count(v, f"usage.{k}") for k, v in fields.items()}
+    counts, bad = {}, []
+    for k, v in fields.items():
+        try:
+            counts[k] = token_count(v, k)
+        except ValueError:
+            bad.append(f"usage.{k} is not a token count")  # the value is not logged: it is the server's text
+    for part, whole, name in (("cached_prompt_tokens", "prompt_tokens", "cached"), ("reasoning_tokens", "completion_tokens", "reasoning")):
+        if None not in (counts.get(part), counts.get(whole)) and counts[part] > counts[whole]:
+            bad.append(f"{counts[part]} {name} tokens exceed the {counts[whole]} {whole.replace('_', ' ')}")
+    if bad:
+        log.warning("a response's usage is invalid (%s): this sample's token counts are unknown", "; ".join(bad))
+        return dict.fromkeys(fields)
+    return counts
 
 
 def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
@@ -122,8 +135,6 @@ def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]]
     if thinking is None and u["completion_tokens"] is not None and not reasoning:
         thinking = 0  # nothing was reasoned, so every completion token is answer
     answer = u["completion_tokens"] - thinking if u["completion_tokens"] is not None and thinking is not None else None
-    if answer is not None and answer < 0:
-        raise ValueError(f"usage: {thinking} reasoning tokens exceed the {u['completion_tokens']} completion tokens")
     return Completion(text=content, reasoning=reasoning, tool_calls=tool_calls, prompt_tokens=u["prompt_tokens"],
                       cached_prompt_tokens=u["cached_prompt_tokens"], completion_tokens=u["completion_tokens"],
                       thinking_tokens=thinking, answer_tokens=answer, latency_s=latency, finish_reason=finish_reason,
