@@ -4,13 +4,15 @@ Each request draws its fate from a seeded RNG: a normal answer, 429, 500, 400 (t
 rejection message real servers send), a hang past the client's timeout, or a dropped connection;
 and, from a hostile server, a 200 that is an HTML page (`html`), a choice whose message is null
 (`null_message`), usage counts as strings (`string_usage`), a 401 that echoes the Authorization
-header (`echo_key`), or a valid answer trickled one byte every `trickle_s` seconds (`trickle`).
+header (`echo_key`), a valid answer trickled one byte every `trickle_s` seconds (`trickle`), or a
+gzip body of `bomb_bytes` zeros once unpacked (`gzip_bomb`, ~1000 times smaller on the wire).
 Loopback only; every hang and trickle is bounded; the server stops when the test ends.
 """
 from __future__ import annotations
 
 import json
 import random
+import zlib
 import socket
 import threading
 import time
@@ -24,7 +26,7 @@ REJECTION = "System message must be at the beginning."
 class FaultServer:
     def __init__(self, seed: int = 0, fates: dict[str, float] | None = None, hang_s: float = 2.0,
                  delay_s: float = 0.0, trickle_s: float = 0.5, rejection: str = REJECTION,
-                 text: str | None = None, usage: dict | None = None, html: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>"):
+                 text: str | None = None, usage: dict | None = None, bomb_bytes: int = 0, html: bytes = b"<html><body><h1>502 Bad Gateway</h1></body></html>"):
         self.rng = random.Random(seed)
         self.fates = fates or FATES
         self.hang_s = hang_s
@@ -34,6 +36,7 @@ class FaultServer:
         self.text = text  # the answers' content (None: a refusal)
         self.usage = usage  # the answers' usage (None: counted from the request)
         self.html = html  # the body of an `html` 200
+        self.bomb = _gzip_zeros(bomb_bytes) if bomb_bytes else b""
         self.served: Counter[str] = Counter()
         self.auth_headers: set[str] = set()
         self.lock = threading.Lock()
@@ -73,6 +76,11 @@ class FaultServer:
                 elif fate == "echo_key":
                     self._json(401, {"error": {"message": f"Invalid header: {self.headers.get('authorization')}",
                                                "type": "invalid_request_error"}})
+                elif fate == "gzip_bomb":
+                    try:
+                        self._send(200, server.bomb, "application/json", {"content-encoding": "gzip"})
+                    except OSError:  # the client stopped reading: what the test wants
+                        pass
                 elif fate == "trickle":
                     self._trickle(json.dumps(_answer(body)).encode())
                 else:  # drop: close without a response
@@ -118,6 +126,13 @@ class FaultServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _gzip_zeros(n: int) -> bytes:
+    gz = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1 << 20)
+    parts = [gz.compress(block[:min(len(block), n - i)]) for i in range(0, n, len(block))]
+    return b"".join(parts) + gz.flush()
 
 
 def _answer(body: dict, text: str | None = None) -> dict:

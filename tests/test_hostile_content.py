@@ -144,3 +144,38 @@ def test_a_cost_is_never_negative():
     model = make_cfg("model.price_input_per_mtok=3", "model.price_output_per_mtok=15").model
     assert cost_usd(model, Completion(prompt_tokens=10, cached_prompt_tokens=5000, completion_tokens=3)) is None
     assert cost_usd(model, Completion(prompt_tokens=10, cached_prompt_tokens=4, completion_tokens=3)) == pytest.approx((10 * 3 + 3 * 15) / 1e6)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_gzip_bomb_is_an_error_record_and_memory_stays_bounded(monkeypatch, stream):
+    import tracemalloc
+
+    unpacked = 64_000_000  # ~64 KB on the wire
+    with FaultServer(fates={"gzip_bomb": 1.0}, bomb_bytes=unpacked) as server:
+        tracemalloc.start()
+        try:
+            completions = _generate(server, monkeypatch, "backend.max_response_bytes=2000000", f"backend.stream={stream}")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert len(server.bomb) < unpacked / 500
+    assert completions and all("larger than backend.max_response_bytes=2000000" in c.error for c in completions), completions[0].error
+    assert peak < unpacked / 4, peak  # the body was never held whole (one request at a time holds ~3 MB at most)
+
+
+def test_a_response_in_an_encoding_not_asked_for_is_refused(monkeypatch):
+    import httpx2
+
+    from harness.backends.openai_api import OpenAIBackend
+    from harness.flow.plan import make_plan
+    from tests.conftest import make_cfg
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        assert request.headers["accept-encoding"] == "gzip, deflate"
+        return httpx2.Response(200, content=b"\x00" * 64, headers={"content-encoding": "br"})
+
+    cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.max_retries=0", "scenario.calls_made=[3]",
+                   "scenario.placement=[early]", "scenario.episodes_per_cell=1")
+    backend = OpenAIBackend(cfg.model, cfg.backend, transport_factory=lambda: httpx2.MockTransport(handler))
+    completions = backend.generate([s.request for s in make_plan(cfg)])
+    assert completions and all("content-encoding 'br' was not asked for" in c.error for c in completions)

@@ -43,6 +43,9 @@ class OpenAIBackendConfig(BackendConfig):
     max_retries: int = 5  # openai client's own exponential backoff with jitter on 408/409/429/5xx/timeouts
     timeout_s: float = 300.0
     stream: bool = False  # on: time to first token is measured
+    # a response's decoded body (a stream's included) past this many bytes is an error record, not read on:
+    # memory stays bounded against a gzip bomb; 32 MB holds a streamed answer of ~100k tokens
+    max_response_bytes: int = 32_000_000
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
 
     def __post_init__(self) -> None:
@@ -50,6 +53,7 @@ class OpenAIBackendConfig(BackendConfig):
         require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
         require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
         require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
+        require(self.max_response_bytes >= 1, "backend.max_response_bytes", f"must be >= 1, got {self.max_response_bytes}")
         require(not (self.api_key_env and looks_like_secret(self.api_key_env)), "backend.api_key_env",  # the value is not repeated
                 "must be the NAME of the environment variable holding the key; the value looks like a key itself")
 
@@ -193,11 +197,11 @@ def parse_response(resp: Any, latency: float, clean: Callable[[str], str] = str)
 class OpenAIBackend(Backend):
     name = "openai"
 
-    def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, http_client_factory: Any = None):
+    def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, transport_factory: Any = None):
         self.cfg, self.model_cfg = cfg, model_cfg
         self.model = cfg.served_model or model_cfg.path or model_cfg.name
-        # tests hand in an httpx client factory to script the server's answers (429s, 400s)
-        self.http_client_factory = http_client_factory
+        # tests hand in an httpx transport factory to script the server's answers (429s, 400s)
+        self.transport_factory = transport_factory
         # the HTTP client logs every request at INFO, which would bury the run's own log
         for name in ("httpx", "httpx2"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -207,13 +211,18 @@ class OpenAIBackend(Backend):
                 "concurrency": self.cfg.concurrency}
 
     def _client(self) -> Any:
+        import httpx2
         import openai
+
+        # imported here, like the client it wraps: the backend registry loads without the HTTP stack
+        from harness.backends.capped_http import CappedTransport
 
         # local servers ignore the key, but the client insists on one
         key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else "unused"
+        inner = self.transport_factory() if self.transport_factory else httpx2.AsyncHTTPTransport()
+        http = openai.DefaultAsyncHttpxClient(transport=CappedTransport(inner, self.cfg.max_response_bytes))
         return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=key, max_retries=self.cfg.max_retries,
-                                  timeout=self.cfg.timeout_s,
-                                  http_client=self.http_client_factory() if self.http_client_factory else None)
+                                  timeout=self.cfg.timeout_s, http_client=http)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         return asyncio.run(self._generate(requests))
