@@ -179,3 +179,57 @@ def test_a_response_in_an_encoding_not_asked_for_is_refused(monkeypatch):
     backend = OpenAIBackend(cfg.model, cfg.backend, transport_factory=lambda: httpx2.MockTransport(handler))
     completions = backend.generate([s.request for s in make_plan(cfg)])
     assert completions and all("content-encoding 'br' was not asked for" in c.error for c in completions)
+
+
+@pytest.fixture(scope="module")
+def scripted_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("typed")
+    completions = root / "c.jsonl"
+    completions.write_text(json.dumps({"text": "I won't call again."}) + "\n")
+    res = run_cli("backend=scripted", f"backend.path={completions}", "backend.match=order", f"run.root={root}",
+                  "run.name=r", "scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "run.report=false")
+    assert res.returncode == 0, res.stderr
+    return root / "status_ablation" / "r"
+
+
+def _edited(src: Path, dst: Path, field: str, raw: str) -> Path:
+    """A copy of the run whose second record has `field` set to the JSON text `raw`."""
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("records.parquet"))
+    lines = (dst / "records.jsonl").read_text().splitlines(keepends=True)
+    row = json.loads(lines[1])
+    row[field] = "@@"
+    lines[1] = json.dumps(row).replace('"@@"', raw) + "\n"
+    (dst / "records.jsonl").write_text("".join(lines))
+    return dst
+
+
+@pytest.mark.parametrize("field, raw, fragment", [
+    ("correct", '"false"', "field 'correct' must be bool"),
+    ("latency_s", "1e400", "field 'latency_s' must be a finite number >= 0"),
+    ("prompt_tokens", '"12"', "field 'prompt_tokens' must be int or float or null"),
+    ("replicate", '"0"', "field 'replicate' must be int"),
+    ("cost_usd", "-0.5", "field 'cost_usd' must be a finite number >= 0"),
+    ("label", "null", "field 'label' must be str"),
+])
+def test_records_are_typed_at_load_naming_file_and_line(scripted_run, tmp_path, field, raw, fragment):
+    from analysis.load import load_records
+    from harness.rundir.store import RunDirError
+
+    run = _edited(scripted_run, tmp_path / "r", field, raw)
+    with pytest.raises(RunDirError, match=re.escape(f"{run / 'records.jsonl'} line 2: {fragment}")):
+        load_records([run])
+
+
+@pytest.mark.parametrize("field, raw", [("correct", '"false"'), ("latency_s", "1e400")])
+def test_analysis_refuses_a_mistyped_record_in_one_line(scripted_run, tmp_path, field, raw):
+    run = _edited(scripted_run, tmp_path / "r", field, raw)
+    load_records_first = {"analysis.report": [str(run), "--out", str(tmp_path / "rep")],
+                          "analysis.view": [str(run), "--out", str(tmp_path / "view")],
+                          "analysis.regress": [str(scripted_run), str(run)]}
+    for module, args in load_records_first.items():
+        res = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2, (module, res.stdout, res.stderr)
+        assert f"records.jsonl line 2: field '{field}'" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr

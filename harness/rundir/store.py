@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from filelock import FileLock, Timeout
 
@@ -58,9 +58,10 @@ def _append_bytes(path: Path, data: bytes) -> None:
             raise
 
 
-def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """All complete lines, each an object with the `required` fields (else RunDirError naming the
-    line). A torn final line is dropped with a warning (and cut off if repair); a complete object
+def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = (),
+               check: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """All complete lines, each an object with the `required` fields that `check` accepts (else
+    RunDirError naming the line; check raises ValueError naming the field). A torn final line is dropped with a warning (and cut off if repair); a complete object
     merely lacking its newline (a hand edit) is kept, and with repair given its newline."""
     if not path.exists():
         return []
@@ -80,7 +81,15 @@ def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = 
             if repair:
                 with open(path, "r+b") as fh:
                     fh.truncate(good_end)
-    return [row for _, row in iter_lines(raw[:good_end], str(path), RunDirError, required)]
+    rows = []
+    for n, row in iter_lines(raw[:good_end], str(path), RunDirError, required):
+        if check:
+            try:
+                check(row)
+            except ValueError as exc:
+                raise RunDirError(f"{path} line {n}: {exc}") from None
+        rows.append(row)
+    return rows
 
 
 def probe_lock(run_dir: Path) -> None:
