@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import random
-import zlib
 import socket
 import threading
 import time
+import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

@@ -8,14 +8,14 @@ never the whole unpacked body. A body in another encoding than asked for is refu
 from __future__ import annotations
 
 import zlib
-from typing import AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import httpx2
 import openai
 
 # decoded in pieces of at most this many bytes, so one small compressed chunk cannot inflate at once
 PIECE = 1 << 20
-DECODERS: dict[str, Callable[[], "zlib._Decompress"]] = {
+DECODERS: dict[str, Callable[[], Any]] = {  # zlib decompressors
     "gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS),
     "deflate": lambda: zlib.decompressobj(zlib.MAX_WBITS),
 }
@@ -26,7 +26,7 @@ class ResponseRefused(openai.OpenAIError):
     retries it nor hides it behind "Connection error"."""
 
 
-def _pieces(decoder: "zlib._Decompress | None", data: bytes, encoding: str | None) -> Iterator[bytes]:
+def _pieces(decoder: Any, data: bytes, encoding: str | None) -> Iterator[bytes]:
     """`data` decoded, one piece of at most PIECE bytes at a time (a generator: a 64 KB chunk of a
     bomb unpacks to 64 MB, which must never be held at once)."""
     if decoder is None:

@@ -30,6 +30,7 @@ from harness.types import Completion, GenerationSettings, Request
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class OpenAIBackendConfig(BackendConfig):
     """Any OpenAI-compatible chat-completions server (vllm serve, transformers serve, frontier APIs)."""
