@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.section import Section
+from analysis.section import Section, md_text
 from analysis.style import FULL_WIDTH, colors, ordered_regions, region_colors, save
 from harness.measure.attention import store
 from harness.measure.attention.regions import region_group
@@ -171,5 +171,5 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
     return [Section("Attention: share per region", text, fmt(table), SHARES),
             Section("Attention: thinking vs answer tokens", "", fmt(by_phase)),
             Section("Attention: layers x regions", "Per condition, and each condition minus the first.", None, HEATMAP),
-            Section("Attention: token strip", f"One episode per condition ({episode}).", None, STRIP)]
+            Section("Attention: token strip", f"One episode per condition ({md_text(episode)}).", None, STRIP)]
 

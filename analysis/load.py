@@ -3,6 +3,8 @@
 Each run's records.jsonl is parsed once into `records.parquet` beside it; the cache remembers the
 JSONL's size and is rebuilt when the JSONL has grown (a resumed run) or the loader's schema changed.
 Nested fields are flattened (`params.calls_made`, `generation.temperature`, `condition_config.kind`).
+Every record is typed as its columns before it is counted (`check_record`): `"correct": "false"`, a
+latency of 1e400 (infinity) or a count that is text stop the load with the file, line and field named.
 """
 from __future__ import annotations
 
@@ -10,18 +12,20 @@ import json
 import logging
 import math
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from harness.io.files import atomic_path, remove_stale_temporaries
+from harness.io.validate import of_type
 from harness.rundir.layout import find_runs, run_parts
 from harness.rundir.store import read_jsonl
 
 log = logging.getLogger(__name__)
 
 # bump when the columns or dtypes below change, so old caches are rebuilt
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 CACHE_NAME = "records.parquet"
 
 # outcome labels in the order figures and tables show them
@@ -39,6 +43,21 @@ COLUMNS: dict[str, str] = {
     "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
 }
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
+TYPES = {"str": (str,), "bool": (bool,), "int64": (int,), "float64": (int, float)}
+
+
+def check_record(row: dict) -> None:
+    """Each column of a record (present, or required) of its type: text, true/false, an integer, or
+    a finite number >= 0 (token counts, latency, cost); ValueError naming the field. pandas would
+    otherwise count the text "false" as correct and carry infinity into every mean."""
+    for col, dtype in COLUMNS.items():
+        value = of_type(row, col, (list,) if col == "tool_calls" else TYPES[dtype], optional=col not in REQUIRED)
+        if value is None:
+            continue
+        if dtype == "float64" and not 0 <= value <= sys.float_info.max:  # NaN, inf and ints past a float's range fail
+            raise ValueError(f"field {col!r} must be a finite number >= 0, got {str(value)[:40]}")
+        if dtype == "int64" and not -2**63 <= value < 2**63:
+            raise ValueError(f"field {col!r} must be a 64-bit integer, got {str(value)[:40]}")
 
 
 def _parse(rows: list[dict]) -> pd.DataFrame:
@@ -100,7 +119,7 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
                 return pd.read_parquet(cached)
         except (OSError, pa.ArrowException) as exc:
             log.warning("%s is unreadable (%s); it is only a cache of records.jsonl: rebuilding it", cached, exc)
-    df = _parse(read_jsonl(path, required=REQUIRED))  # a line lacking one is named
+    df = _parse(read_jsonl(path, required=REQUIRED, check=check_record))  # a bad line is named
     if cache and not df.empty:
         _write_cache(df, cached, size)
     return df

@@ -1,8 +1,9 @@
 """`python -m analysis.report RUN_DIR [RUN_DIR ...]`: report.md, a self-contained report.html and the
 figures (PNG + PDF) of one run, or of several runs side by side (e.g. one per model of a multirun).
 
-The markdown is the single source: the HTML is that markdown rendered, with every figure embedded as
-base64, so it can be mailed or attached to a CI job as one file.
+The markdown is the single source: the HTML is that markdown rendered, with every figure the report
+wrote embedded as base64, so it can be mailed or attached to a CI job as one file. Text from records
+(a server's error, an id) is escaped and stays text: it never becomes an image, a link or HTML.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pandas as pd
 
 from analysis import attention_figures, browser, propensity, tables
 from analysis.load import grid_columns, load_records
-from analysis.section import Section
+from analysis.section import Section, md_table, md_text
 from analysis.style import num
 from harness.io.files import os_error_message, remove_stale_temporaries, write_file
 from harness.rundir.layout import find_runs
@@ -118,7 +119,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
     try:
         comp = tables.comparisons(df)
     except ValueError as exc:  # the arms cannot be paired; the rest of the report still stands
-        out.append(Section("Paired comparison with the baseline condition", f"Not computed: {exc}."))
+        out.append(Section("Paired comparison with the baseline condition", f"Not computed: {md_text(exc)}."))
         comp = pd.DataFrame()
     if not comp.empty:
         out.append(Section(
@@ -173,7 +174,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
                        "Samples whose backend call failed, by kind; rate over all samples of the run (Wilson 95%).",
                        None if err.empty else pd.DataFrame({
                            "run": err["run_label"], "kind": err["kind"], "count": err["count"],
-                           "rate [95% CI]": ci(err["rate"], err["rate_low"], err["rate_high"], ".3f"), "example": err["example"].str.replace("|", "\\|")})))
+                           "rate [95% CI]": ci(err["rate"], err["rate_low"], err["rate_high"], ".3f"), "example": err["example"]})))
 
     if grid_columns(df):
         cells = tables.cells(df)
@@ -190,16 +191,16 @@ def sections(df: pd.DataFrame) -> list[Section]:
 
 def to_markdown(df: pd.DataFrame, run_dirs: list[Path], parts: list[Section]) -> str:
     lines = ["# statusbench report", "",
-             f"Runs: {', '.join(f'`{d}`' for d in run_dirs)}  ",
-             f"Samples: {len(df)} · models: {', '.join(sorted(df['model'].unique()))} · backends: "
-             f"{', '.join(sorted(df['backend'].unique()))}"
+             f"Runs: {', '.join(md_text(d) for d in run_dirs)}  ",
+             f"Samples: {len(df)} · models: {', '.join(md_text(m) for m in sorted(df['model'].unique()))} · backends: "
+             f"{', '.join(md_text(b) for b in sorted(df['backend'].unique()))}"
              + (f" · **{int(df['scripted'].sum())} scripted (replayed, not generated)**" if df["scripted"].any() else ""), ""]
     for s in parts:
         lines += [f"## {s.title}", ""]
         if s.text:
             lines += [s.text, ""]
         if s.table is not None:
-            lines += [s.table.to_markdown(index=False), ""]
+            lines += [md_table(s.table).to_markdown(index=False), ""]
         if s.figure:
             lines += [f"![{s.title}]({s.figure}.png)", "", f"PDF: [{s.figure}.pdf]({s.figure}.pdf)", ""]
     return "\n".join(lines)
@@ -220,17 +221,22 @@ code {{ background: #f3f3f3; padding: 0 3px; }}
 """
 
 
-def to_html(markdown: str, out_dir: Path, extra: str = "") -> str:
-    """The markdown as one self-contained page: PNG figures become data: URIs; `extra` (HTML, e.g.
-    the sample browser) follows it."""
+def to_html(markdown: str, out_dir: Path, extra: str = "", figures: list[str] = ()) -> str:
+    """The markdown as one self-contained page: the PNGs of `figures` (names the report wrote into
+    out_dir, without suffix) become data: URIs; `extra` (HTML, e.g. the sample browser) follows it.
+
+    Only those figures and their PDFs may be an image or a link: any other `![..](..)` or `[..](..)`
+    (data the escaping missed) stays text, so no file is read and nothing is fetched for it."""
     from markdown_it import MarkdownIt
 
+    allowed = {f"{name}{suffix}" for name in figures for suffix in (".png", ".pdf")}
     md = MarkdownIt("commonmark", {"html": False}).enable("table")  # record text (error messages) stays text
+    md.validateLink = lambda url: url in allowed
     tokens = md.parse(markdown)
     for tok in tokens:
         for child in tok.children or []:
             src = child.attrGet("src") if child.type == "image" else None
-            if src and (out_dir / src).is_file():
+            if src in allowed:
                 data = base64.b64encode((out_dir / src).read_bytes()).decode("ascii")
                 child.attrSet("src", f"data:image/png;base64,{data}")
     return HTML_PAGE.format(body=md.renderer.render(tokens, md.options, {}) + extra)
@@ -288,7 +294,8 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limi
             parts += extra(df, run_dirs, out)
         text = to_markdown(df, run_dirs, parts)
     write_file(out / "report.md", text)
-    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(df, run_dirs, browser_limit))))
+    figures = [] if df.empty else [p.figure for p in parts if p.figure]
+    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(df, run_dirs, browser_limit)), figures))
     return text
 
 

@@ -1,15 +1,32 @@
-"""A part of the report, as every section maker returns it."""
+"""A part of the report, as every section maker returns it, and the escaping of data put into it."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
+
+# characters that open markdown inline markup (links, images, emphasis, code, HTML, entities, table
+# pipes); CommonMark lets a backslash escape any ASCII punctuation
+_MARKUP = re.compile(r"([\\`*_\[\]<>!&|])")
+
+
+def md_text(value: object) -> str:
+    """Data (a server's error text, an id, a cell from a record) as markdown that renders as exactly
+    that text: `![k](/proc/self/environ)` stays those characters, never an image or a link."""
+    return _MARKUP.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def md_table(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with every text cell and heading escaped (numbers stay numbers, for tabulate's alignment)."""
+    cells = table.map(lambda v: md_text(v) if isinstance(v, str) else v)
+    return cells.rename(columns=lambda c: md_text(c))
 
 
 @dataclass
 class Section:
     """One part of the report: a heading, a paragraph, optionally a table and/or a figure (a file
-    name, without suffix, of a PNG in the output directory)."""
+    name, without suffix, of a PNG in the output directory, written by the section's maker)."""
 
     title: str
     text: str = ""

@@ -27,8 +27,7 @@ def _generate(server: FaultServer, monkeypatch, *overrides: str):
     return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in plan])
 
 
-@pytest.mark.parametrize("fate, reason", [("html", "not a chat completion"), ("null_message", "has no message"),
-                                          ("string_usage", "usage.prompt_tokens must be a token count")])
+@pytest.mark.parametrize("fate, reason", [("html", "not a chat completion"), ("null_message", "has no message")])
 def test_a_malformed_200_fails_only_its_sample(monkeypatch, fate, reason):
     with FaultServer(seed=5, fates={"ok": 0.5, fate: 0.5}) as server:
         completions = _generate(server, monkeypatch)
@@ -72,17 +71,17 @@ def test_an_echoed_key_is_redacted_everywhere(tmp_path: Path):
     assert SECRET not in res.stdout + res.stderr
 
 
-@pytest.mark.parametrize("usage, reason", [
-    ({"prompt_tokens": float("inf"), "completion_tokens": 3}, "usage.prompt_tokens must be a token count"),
-    ({"prompt_tokens": float("nan"), "completion_tokens": 3}, "usage.prompt_tokens must be a token count"),
-    ({"prompt_tokens": 5, "completion_tokens": -1}, "usage.completion_tokens must be a token count"),
-    ({"prompt_tokens": 5, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 4}},
-     "4 reasoning tokens exceed the 2 completion tokens"),
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": float("inf"), "completion_tokens": 3},
+    {"prompt_tokens": float("nan"), "completion_tokens": 3},
+    {"prompt_tokens": 5, "completion_tokens": -1},
+    {"prompt_tokens": 5, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 4}},
 ])
-def test_impossible_token_counts_are_refused(usage, reason):
+def test_impossible_token_counts_are_unknown(usage):
     from openai.types import CompletionUsage
 
     from harness.backends.openai_api import to_completion
 
-    with pytest.raises(ValueError, match=reason):
-        to_completion("hi", "", [], CompletionUsage.construct(**usage), "stop", 0.1, None)
+    c = to_completion("hi", "", [], CompletionUsage.construct(**usage), "stop", 0.1, None)
+    assert c.text == "hi" and not c.error  # the answer is kept, its counts are not guessed
+    assert (c.prompt_tokens, c.completion_tokens, c.thinking_tokens, c.answer_tokens) == (None, None, None, None)

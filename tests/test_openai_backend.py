@@ -67,7 +67,7 @@ def _scripted_backend(responses: list[tuple[int, dict]], seen: list[dict], **cfg
 
     cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.base_url=http://stub.invalid/v1",
                    *[f"backend.{k}={v}" for k, v in cfg_overrides.items()])
-    return OpenAIBackend(cfg.model, cfg.backend, http_client_factory=lambda: httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+    return OpenAIBackend(cfg.model, cfg.backend, transport_factory=lambda: httpx2.MockTransport(handler))
 
 
 OK_BODY = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
@@ -161,7 +161,7 @@ def _sse_backend(chunks: list[dict]):
 
     cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.base_url=http://stub.invalid/v1",
                    "backend.stream=true", "backend.max_retries=0")
-    return OpenAIBackend(cfg.model, cfg.backend, http_client_factory=lambda: httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+    return OpenAIBackend(cfg.model, cfg.backend, transport_factory=lambda: httpx2.MockTransport(handler))
 
 
 def _chunk(content: str, finish: str | None) -> dict:

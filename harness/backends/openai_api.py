@@ -6,7 +6,9 @@ backoff and jitter on 408/409/429/5xx, timeouts and dropped connections are the 
 prompt), becomes an error record carrying the server's message, as does a 200 that is not a chat
 completion or a request past its overall deadline (timeout_s x (max_retries + 1)). The API key is
 read from the environment variable named by backend.api_key_env, lives only inside the client
-object, and is redacted from every error text.
+object, and is redacted (any 12 consecutive characters of it) from every text the server returns:
+content, reasoning, tool calls, finish reason and error bodies, before anything stores or prints them.
+Lone surrogates in those texts become U+FFFD (harness.io.text).
 """
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.engine.prefix import prefix_key, prefix_order
 from harness.io.secrets import looks_like_secret, redact
+from harness.io.text import map_strings, whole_chars
 from harness.io.validate import token_count
 from harness.render import chat_input, split_thinking
 from harness.types import Completion, GenerationSettings, Request
@@ -42,6 +45,9 @@ class OpenAIBackendConfig(BackendConfig):
     max_retries: int = 5  # openai client's own exponential backoff with jitter on 408/409/429/5xx/timeouts
     timeout_s: float = 300.0
     stream: bool = False  # on: time to first token is measured
+    # a response's decoded body (a stream's included) past this many bytes is an error record, not read on:
+    # memory stays bounded against a gzip bomb; 32 MB holds a streamed answer of ~100k tokens
+    max_response_bytes: int = 32_000_000
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
     # a 3xx to another scheme, host or port would send the prompts there: refused unless set
     allow_cross_host_redirects: bool = False
@@ -51,6 +57,7 @@ class OpenAIBackendConfig(BackendConfig):
         require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
         require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
         require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
+        require(self.max_response_bytes >= 1, "backend.max_response_bytes", f"must be >= 1, got {self.max_response_bytes}")
         require(not (self.api_key_env and looks_like_secret(self.api_key_env)), "backend.api_key_env",  # the value is not repeated
                 "must be the NAME of the environment variable holding the key; the value looks like a key itself")
 
@@ -100,15 +107,27 @@ def _get(obj: Any, name: str) -> Any:
 
 
 def _usage_fields(usage: Any) -> dict[str, int | None]:
-    """Token counts of a response's usage; ValueError naming the field when one is not a count
-    (a string, a float, negative): the client does not validate what the server sent."""
-    if usage is None:
-        return {"prompt_tokens": None, "cached_prompt_tokens": None, "completion_tokens": None, "reasoning_tokens": None}
+    """Token counts of a response's usage. The client does not validate what the server sent: when
+    one is not a count (a string, a bool, a float, negative) or they contradict each other (more
+    cached than prompt tokens, more reasoning than completion tokens), every count of the sample is
+    unknown (None), never a wrong number; the answer itself is kept."""
     fields = {"prompt_tokens": _get(usage, "prompt_tokens"),
               "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
               "completion_tokens": _get(usage, "completion_tokens"),
               "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")}
-    return {k: token_count(v, f"usage.{k}") for k, v in fields.items()}
+    counts, bad = {}, []
+    for k, v in fields.items():
+        try:
+            counts[k] = token_count(v, k)
+        except ValueError:
+            bad.append(f"usage.{k} is not a token count")  # the value is not logged: it is the server's text
+    for part, whole, name in (("cached_prompt_tokens", "prompt_tokens", "cached"), ("reasoning_tokens", "completion_tokens", "reasoning")):
+        if None not in (counts.get(part), counts.get(whole)) and counts[part] > counts[whole]:
+            bad.append(f"{counts[part]} {name} tokens exceed the {counts[whole]} {whole.replace('_', ' ')}")
+    if bad:
+        log.warning("a response's usage is invalid (%s): this sample's token counts are unknown", "; ".join(bad))
+        return dict.fromkeys(fields)
+    return counts
 
 
 def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
@@ -124,8 +143,6 @@ def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]]
     if thinking is None and u["completion_tokens"] is not None and not reasoning:
         thinking = 0  # nothing was reasoned, so every completion token is answer
     answer = u["completion_tokens"] - thinking if u["completion_tokens"] is not None and thinking is not None else None
-    if answer is not None and answer < 0:
-        raise ValueError(f"usage: {thinking} reasoning tokens exceed the {u['completion_tokens']} completion tokens")
     return Completion(text=content, reasoning=reasoning, tool_calls=tool_calls, prompt_tokens=u["prompt_tokens"],
                       cached_prompt_tokens=u["cached_prompt_tokens"], completion_tokens=u["completion_tokens"],
                       thinking_tokens=thinking, answer_tokens=answer, latency_s=latency, finish_reason=finish_reason,
@@ -174,12 +191,13 @@ async def refuse_cross_host_redirect(response: Any) -> None:
                               "(backend.allow_cross_host_redirects=true to follow it)")
 
 
-def parse_response(resp: Any, latency: float) -> Completion:
+def parse_response(resp: Any, latency: float, clean: Callable[[str], str] = str) -> Completion:
     """A non-streamed response as a Completion; ValueError when the server's 200 is not a chat
-    completion (an HTML page, `message: null`, usage as strings), so only this sample fails."""
+    completion (an HTML page, `message: null`, usage as strings), so only this sample fails. Its
+    body is quoted `clean`ed (redacted) first, then cut: a cut first would leave part of a key."""
     choices = _get(resp, "choices") if not isinstance(resp, (str, bytes)) else None
     if not isinstance(choices, list):
-        raise ValueError(f"response is not a chat completion: {str(resp)[:200]!r}")
+        raise ValueError(f"response is not a chat completion: {clean(str(resp))[:200]!r}")
     if not choices:
         raise ValueError("response has no choices")
     choice = choices[0]
@@ -200,13 +218,13 @@ def parse_response(resp: Any, latency: float) -> Completion:
 class OpenAIBackend(Backend):
     name = "openai"
 
-    def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, http_client_factory: Any = None):
+    def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, transport_factory: Any = None):
         self.cfg, self.model_cfg = cfg, model_cfg
         self.model = cfg.served_model or model_cfg.path or model_cfg.name
         # models the server said it answered with, other than the one asked: counted for the manifest
         self.reported_models: Counter[str] = Counter()
-        # tests hand in an httpx client factory to script the server's answers (429s, 400s)
-        self.http_client_factory = http_client_factory
+        # tests hand in an httpx transport factory to script the server's answers (429s, 400s)
+        self.transport_factory = transport_factory
         # the HTTP client logs every request at INFO, which would bury the run's own log
         for name in ("httpx", "httpx2"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -220,18 +238,23 @@ class OpenAIBackend(Backend):
         gpt-4.1-2025-04-14, is the same) is counted and warned about once."""
         if not isinstance(model, str) or model.startswith(self.model):
             return
-        model = self.redact(model)
+        model = self.clean(model)
         if model not in self.reported_models:
             log.warning("the server answered as model %r, not %r as asked; counted in manifest.json "
                         "(model.other_models_reported)", model, self.model)
         self.reported_models[model] += 1
 
     def _client(self) -> Any:
+        import httpx2
         import openai
+
+        # imported here, like the client it wraps: the backend registry loads without the HTTP stack
+        from harness.backends.capped_http import CappedTransport
 
         # local servers ignore the key, but the client insists on one
         key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else "unused"
-        http = self.http_client_factory() if self.http_client_factory else openai.DefaultAsyncHttpxClient()
+        inner = self.transport_factory() if self.transport_factory else httpx2.AsyncHTTPTransport()
+        http = openai.DefaultAsyncHttpxClient(transport=CappedTransport(inner, self.cfg.max_response_bytes))
         if not self.cfg.allow_cross_host_redirects:
             http.event_hooks["response"] = [*http.event_hooks["response"], refuse_cross_host_redirect]
         return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=key, max_retries=self.cfg.max_retries,
@@ -260,29 +283,37 @@ class OpenAIBackend(Backend):
         t0 = time.perf_counter()
         try:
             # timeout_s bounds each read; a body trickling in a byte at a time needs an overall deadline
-            return await asyncio.wait_for(self._call(client, kwargs, t0), self.deadline_s)
+            return self.cleaned(await asyncio.wait_for(self._call(client, kwargs, t0), self.deadline_s))
         except openai.APIError as exc:
             error = describe_error(exc)
         except asyncio.TimeoutError:
             error = f"no complete response within the deadline of {self.deadline_s:g} s (backend.timeout_s x (max_retries + 1))"
         except Exception as exc:  # a dropped connection, a 200 that is not a chat completion: this sample's outcome
             error = f"{type(exc).__name__}: {exc}"
-        return Completion(error=f"openai: {self.redact(error)}", latency_s=time.perf_counter() - t0)
+        return Completion(error=f"openai: {self.clean(error)}", latency_s=time.perf_counter() - t0)
 
     async def _call(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
         if self.cfg.stream:
             return await self._stream(client, kwargs, t0)
         resp = await client.chat.completions.create(**kwargs)
         self._reported(_get(resp, "model"))
-        return parse_response(resp, time.perf_counter() - t0)
+        return parse_response(resp, time.perf_counter() - t0, self.clean)
 
     @property
     def deadline_s(self) -> float:
         return self.cfg.timeout_s * (self.cfg.max_retries + 1)
 
-    def redact(self, text: str) -> str:
-        """Servers may echo the key (a 401 repeating the Authorization header): never store it."""
-        return redact(text, os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None)
+    def clean(self, text: str) -> str:
+        """A text the server returned, as it may be stored: servers may echo the key (a 401 repeating
+        the Authorization header, an answer quoting it), never store it; lone surrogates replaced."""
+        return redact(whole_chars(text), os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None)
+
+    def cleaned(self, c: Completion) -> Completion:
+        """`c` with every text the server returned `clean`ed."""
+        return replace(c, text=self.clean(c.text), reasoning=self.clean(c.reasoning),
+                       tool_calls=map_strings(c.tool_calls, self.clean),
+                       finish_reason=map_strings(c.finish_reason, self.clean),
+                       error=map_strings(c.error, self.clean))
 
     async def _stream(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
         content, reasoning, calls = [], [], {}

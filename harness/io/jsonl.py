@@ -4,7 +4,9 @@ reported with its file, number and problem, never parsed as garbage.
 Lines end at "\\n" only: records are written with `ensure_ascii=False`, so model output may hold
 U+2028, U+2029 or U+0085 raw, and `str.splitlines()` would cut a record in two at them. Every row
 must be a JSON object; NaN/Infinity (Python's JSON extensions), nesting too deep for the parser and
-integers beyond Python's digit limit are refused with the line named.
+integers beyond Python's digit limit are refused with the line named. A lone surrogate escape
+(`"\\ud83d"`, valid JSON but no character) is read as U+FFFD (harness.io.text), so a line that
+parses can always be written and read again.
 
 Files are read line by line from regular files only: a FIFO would block the reader forever and
 /dev/zero or a huge sparse file would fill memory, so anything else is refused naming the path, and a
@@ -14,14 +16,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
+from harness.io.text import map_strings, whole_chars
+
 MAX_LINE_BYTES = 64 * 2**20  # far above any record or prompt (a 200 KB tool output is 0.2 MiB)
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+# the only way JSON text carries a surrogate: an escape \ud800-\udfff (checked before walking a row)
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _no_constant(name: str) -> Any:
@@ -36,13 +44,14 @@ def parse_line(line: str | bytes, where: str, n: int, error: type[Exception] = V
         except UnicodeDecodeError as exc:
             raise error(f"{where} line {n} is not valid UTF-8 (byte {exc.start + 1})") from None
     try:
-        return json.loads(line, parse_constant=_no_constant)
+        value = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise error(f"{where} line {n} is not valid JSON ({exc.msg})") from None
     except RecursionError:
         raise error(f"{where} line {n} is nested too deeply to read") from None
     except ValueError as exc:  # NaN/Infinity, or an integer past sys.get_int_max_str_digits()
         raise error(f"{where} line {n} is not valid JSON ({str(exc).split(';')[0]})") from None
+    return map_strings(value, whole_chars) if SURROGATE_ESCAPE.search(line) else value
 
 
 def parse_row(line: str | bytes, where: str, n: int, error: type[Exception] = ValueError,

@@ -2,8 +2,9 @@
 
 A key lives only in the environment variable named by `backend.api_key_env`. A command line that
 carries one (`+backend.api_key=...`, or a key given where the variable's name belongs) is refused
-before Hydra composes or writes anything, and the refusal never repeats the value; error texts
-from a server are redacted before they are stored or printed.
+before Hydra composes or writes anything, and the refusal never repeats the value; every text a
+server returns (answers, reasoning, tool-call arguments, errors) is redacted before it is stored or
+printed.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ SECRET_KEY = re.compile(r"(^|[._])(api_?key|secret|password|passwd|token|access_
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KEY_PREFIXES = ("sk-", "sk_", "gsk_", "hf_", "xai-", "pk-", "rk-", "Bearer ")
 REDACTED = "[redacted]"
+MIN_RUN = 12  # this many consecutive characters of a key count as the key
 
 
 def looks_like_secret(value: str) -> bool:
@@ -43,8 +45,26 @@ def argv_secret_error(argv: list[str]) -> str | None:
 
 
 def redact(text: str, *secrets: str | None) -> str:
-    """`text` with every occurrence of each non-empty secret replaced by [redacted]."""
+    """`text` with each non-empty secret replaced by [redacted]: every run of MIN_RUN or more
+    consecutive characters of it (a key cut in two, or half of it, still names it); a secret
+    shorter than that, wherever it occurs whole."""
     for secret in secrets:
-        if secret and len(secret) >= 4:  # a 1-3 character "key" would redact ordinary words
+        if not secret or len(secret) < 4:  # a 1-3 character "key" would redact ordinary words
+            continue
+        if len(secret) <= MIN_RUN:
             text = text.replace(secret, REDACTED)
+            continue
+        grams = {secret[i:i + MIN_RUN] for i in range(len(secret) - MIN_RUN + 1)}
+        # every start of a MIN_RUN-long piece of the key (overlapping, hence the lookahead); a longer
+        # run of the key is a chain of such pieces, merged below
+        starts = [m.start() for m in re.finditer(f"(?=(?:{'|'.join(map(re.escape, grams))}))", text)]
+        if not starts:
+            continue
+        out, begin, end, last = [], starts[0], starts[0] + MIN_RUN, 0
+        for start in starts[1:] + [len(text) + MIN_RUN]:  # a sentinel past the end closes the last run
+            if start > end:
+                out += [text[last:begin], REDACTED]
+                last, begin = end, start
+            end = start + MIN_RUN
+        text = "".join(out) + text[last:]
     return text

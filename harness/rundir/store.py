@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from filelock import FileLock, Timeout
 
@@ -58,9 +58,10 @@ def _append_bytes(path: Path, data: bytes) -> None:
             raise
 
 
-def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """All complete lines, each an object with the `required` fields (else RunDirError naming the
-    line). A torn final line is dropped with a warning (and cut off if repair); a complete object
+def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = (),
+               check: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """All complete lines, each an object with the `required` fields that `check` accepts (else
+    RunDirError naming the line; check raises ValueError naming the field). A torn final line is dropped with a warning (and cut off if repair); a complete object
     merely lacking its newline (a hand edit) is kept, and with repair given its newline. Read as a
     stream from a regular file only (anything else is a RunDirError naming it)."""
     if not path.exists():
@@ -81,8 +82,14 @@ def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = 
                 newline = True
             good_end += len(line)
             row = parse_row(line, str(path), n, RunDirError, required)
-            if row is not None:
-                rows.append(row)
+            if row is None:
+                continue
+            if check:
+                try:
+                    check(row)
+                except ValueError as exc:
+                    raise RunDirError(f"{path} line {n}: {exc}") from None
+            rows.append(row)
     if repair and newline:
         _append_bytes(path, b"\n")
     if repair and cut:
