@@ -5,8 +5,8 @@ them, each call recording its `call_format`:
 
 - `hermes`: `<tool_call>{"name": ..., "arguments": ...}</tool_call>` blocks;
 - `json_fence`: such an object (or a list of them, or one per line) inside a ```json fence;
-- `bare_json`: such an object on a line of its own outside tags and fences (one or several, one per
-  line), or the whole answer as one object;
+- `bare_json`: such an object (or a list of them) starting a line outside tags and fences, on one
+  line or several, alone or with prose around it (one or several, one per line);
 - `native`: the backend's API-style `tool_calls`.
 
 An object is a call when it has a string `name` and an `arguments` (or `parameters`) member;
@@ -84,36 +84,34 @@ def _is_call(obj: Any) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("name"), str) and ("arguments" in obj or "parameters" in obj)
 
 
-# an object that opens like a call: what a line or fence that fails to parse must look like to count as one
-_CALL_OPENING = re.compile(r'^\s*\[?\s*\{\s*"(?:name|function)"\s*:')
+# an object that opens like a call: what must follow a line's `{` for an unparsable object to count as a call
+_CALL_OPENING = re.compile(r'\[?\s*\{\s*"(?:name|function)"\s*:')
+_LINE_OBJECT = re.compile(r"^[ \t]*(?=\[\s*\{|\{)", re.MULTILINE)
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
 def _objects(text: str, call_format: str) -> list[ParsedCall]:
-    """Calls written as JSON in `text`: the whole text as one object or a list of them, else one per
-    line; what opens like a call and does not parse is one malformed call."""
-    text = text.strip()
-    if len(text) > MAX_CALL_CHARS * 4:
-        return [ParsedCall(None, {}, call_format, malformed=True)] if _CALL_OPENING.match(text) else []
-    try:
-        whole = json.loads(text)
-    except (ValueError, RecursionError):
-        whole = None
-    items = whole if isinstance(whole, list) else [whole]
-    if whole is not None and items and all(_is_call(o) for o in items):
-        return [_parse(o, call_format) for o in items]
-    out = []
-    for line in text.splitlines():
+    """Calls written as JSON objects (or lists of them) that start a line of `text`, on one line or
+    several, with prose around them or not; one that opens like a call and does not parse is a
+    malformed call."""
+    out: list[ParsedCall] = []
+    done = 0  # where the last object read ended: a line inside it starts no new object
+    for m in _LINE_OBJECT.finditer(text):
+        start = m.end()
+        if start < done:
+            continue
         try:
-            obj = json.loads(line) if line.strip().startswith("{") else None
+            obj, end = _DECODER.raw_decode(text, start)
         except (ValueError, RecursionError):
-            obj = None
-        if _is_call(obj):
-            out.append(_parse(obj, call_format))
-        elif obj is None and _CALL_OPENING.match(line):
-            out.append(ParsedCall(None, {}, call_format, malformed=True))
-    if not out and whole is None and _CALL_OPENING.match(text):
-        out.append(ParsedCall(None, {}, call_format, malformed=True))  # a multi-line object that does not parse
+            if _CALL_OPENING.match(text, start):
+                out.append(ParsedCall(None, {}, call_format, malformed=True))
+            continue
+        items = obj if isinstance(obj, list) else [obj]
+        if items and all(_is_call(o) for o in items):
+            too_large = end - start > MAX_CALL_CHARS
+            out += [ParsedCall(None, {}, call_format, malformed=True) if too_large else _parse(o, call_format) for o in items]
+            done = end
     return out
 
 
