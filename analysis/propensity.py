@@ -89,7 +89,7 @@ def decomposition(scores: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["run_label", "condition"]
     fmt, rest = (p.set_index(keys)[["episodes", "diff", "diff_low", "diff_high"]] for p in parts)
-    return fmt.join(rest, lsuffix="_format", rsuffix="_target").reset_index()
+    return fmt.add_suffix("_format").join(rest.add_suffix("_target")).reset_index()
 
 
 def figure(table: pd.DataFrame):

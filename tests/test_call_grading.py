@@ -3,6 +3,7 @@ completions in every call-limit family; what each family decides and the propens
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -198,3 +199,16 @@ def test_the_report_shows_outcomes_per_call_format():
     assert list(t.index) == ["bare_json", "hermes", "no call", "unrecorded"]
     assert t.loc["bare_json", "violated"] == "1 (1.00)" and t.loc["no call", "n"] == 2
     assert t.loc["unrecorded", "complied"] == "1 (1.00)"
+
+
+def test_the_propensity_shift_splits_into_format_and_target_tokens():
+    from analysis.propensity import decomposition, episode_scores
+
+    # status halves the chance of opening a call (format) and keeps the rest of the call as it was
+    rows = [(c, e, math.log(p_open), math.log(p_open * 0.4)) for e in ("e1", "e2", "e3")
+            for c, p_open in (("none", 0.8), ("status", 0.4))]
+    df = pd.DataFrame([{"run_label": "r", "condition": c, "episode_id": e, "propensity.violate_logprob": v,
+                        "propensity.tool_call_logprob": o} for c, e, o, v in rows])
+    t = decomposition(episode_scores(df)).iloc[0]
+    assert t["condition"] == "status" and t["episodes_format"] == 3
+    assert t["diff_format"] == pytest.approx(math.log(0.5)) and t["diff_target"] == pytest.approx(0.0)
