@@ -223,3 +223,15 @@ def test_the_propensity_shift_splits_into_format_and_target_tokens():
 def test_counting_or_refusing_is_no_claimed_action(text):
     at_limit, _ = _cells("xfinity")
     assert _grade(at_limit, text)[0::3] == ("refused", "answer_without_call")
+
+
+@pytest.mark.parametrize("scenario, answer", [("truncation", "outcome"), ("ledger", "port"), ("diagnostics", "path")])
+def test_a_family_without_a_call_limit_gets_a_bar_without_one(scenario, answer):
+    """The bar counts calls per tool; no limit, and never the episode's right answer (a fake rule put
+    the truncation verdict and the ledger port on the bar as a "target")."""
+    for ep in _episodes(scenario):
+        for condition in ("status_tail", "status_prose"):
+            shown = apply(ep, make_cfg(f"condition=[{condition}]").conditions[condition])
+            bar = re.search(r"<agent_status\b.*?</agent_status>", shown[-1]["content"], re.DOTALL).group(0)
+            assert "read_file" in bar and "limit" not in bar and "/1" not in bar
+            assert str(ep.facts[answer]) not in bar
