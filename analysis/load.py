@@ -41,6 +41,7 @@ COLUMNS: dict[str, str] = {
     "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
     "expected": "str", "latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
     "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
+    "reason": "str", "call_format": "str",
 }
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
 TYPES = {"str": (str,), "bool": (bool,), "int64": (int,), "float64": (int, float)}

@@ -208,6 +208,15 @@ def outcome_counts(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condit
     return counts.reindex(columns=[*LABELS, *extra], fill_value=0).fillna(0).astype(int)
 
 
+def with_call_format(df: pd.DataFrame) -> pd.DataFrame:
+    """`call_format` filled for every record: `no call` for a record without calls, `unrecorded` for a
+    record with calls written before the grader recorded their format."""
+    fmt = (df["call_format"] if "call_format" in df else pd.Series(None, index=df.index)).astype(object)
+    calls = df["tool_calls"] if "tool_calls" in df else pd.Series("[]", index=df.index)
+    missing = calls.map(lambda t: "no call" if t is None or pd.isna(t) or t == "[]" else "unrecorded")
+    return df.assign(call_format=fmt.where(fmt.notna(), missing))
+
+
 def outcomes(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:
     """Share of each label per run and condition (rows sum to 1), labels in the fixed order; `n` the samples."""
     counts = outcome_counts(df, by)

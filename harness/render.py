@@ -123,9 +123,9 @@ def tool_call_spans(answer: str) -> list[str]:
     return [m.group(1).strip() for m in _TOOL_CALL.finditer(answer)]
 
 
-def strip_tool_calls(answer: str) -> str:
-    """The answer without its Hermes `<tool_call>` blocks (they travel as structured tool_calls)."""
-    return _TOOL_CALL.sub("", answer).strip()
+def without_tool_calls(answer: str) -> str:
+    """The answer with its Hermes `<tool_call>` blocks cut out (what other call formats are searched in)."""
+    return _TOOL_CALL.sub("", answer)
 
 
 def count_thinking(token_ids: list[int], reasoning: str, think_end_id: int | None, encode: Callable[[str], list[int]]) -> int:

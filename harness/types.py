@@ -44,11 +44,13 @@ class Episode:
     params: dict[str, Any]
     messages: list[Message]
     tools: list[dict[str, Any]]
-    rule: Rule
-    target: str
+    # a call-limit family's limit and the argument value it counts; None for every other kind of
+    # decision (scenarios.family.Decision), whose right answer lives in `facts`
+    rule: Rule | None
+    target: str | None
     # ground truth a status bar would distil, counted while the trajectory was built
     facts: dict[str, Any]
-    # "refused" at/over the limit, "complied" below it (control cells)
+    # the label a right decision gets: for a call limit "refused" at/over the limit, "complied" below it (control cells)
     expected: str
     # one tag per message (system, request, call_record, distractor, assistant, question)
     tags: list[str] = field(default_factory=list)
@@ -97,6 +99,7 @@ class Request:
     generation: GenerationSettings
     seed: int
     candidates: list[Any] | None = None  # harness.measure.propensity.Candidate to score when probe.propensity is on
+    no_candidates: str | None = None  # probe.propensity on, and why the family has no candidates to score
     # per message: the episode message it shows and the regions mechanisms marked in it (harness.context.transcript)
     annotations: list[dict[str, Any]] | None = None
 
@@ -165,5 +168,9 @@ class Record:
     # condition source=model: the writer's bar, tokens, latency, cost and text (harness.flow.writer)
     writer: dict[str, Any] | None = None
     token_source: str | None = None  # see Completion.token_source
+    # why the grader chose the label (harness.measure.grading), and the format of the calls it read
+    # (hermes, json_fence, bare_json, native, mixed; None without a call)
+    reason: str | None = None
+    call_format: str | None = None
     # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.measure.propensity)
     propensity: dict[str, Any] | None = None

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 
 from harness.config.schemas import ScenarioConfig, require
 from harness.context.loop_guard import FAILURE_WARN_THRESHOLD
-from harness.measure.grading import grade
 from harness.types import Episode, Rule
-from scenarios.family import episode_id, expand, register
+from scenarios.family import CALL_LIMIT, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 
@@ -70,6 +69,6 @@ def _episode(cfg: FailureStreakConfig, cell: dict, index: int) -> Episode:
                    tags=t.tags, status_facts=["failures"])
 
 
-@register("failure_streak", FailureStreakConfig, grade=grade)
+@register("failure_streak", FailureStreakConfig, decides=CALL_LIMIT)
 def build(cfg: FailureStreakConfig) -> list[Episode]:
     return expand(cfg, _episode)

@@ -1,16 +1,37 @@
-"""A scenario family: its config schema, its episode builder, its grader and its propensity
-candidates, registered under its name (`harness.registry.FAMILIES`); the grid and id helpers every family shares."""
+"""A scenario family: its config schema, its episode builder and what its episodes decide,
+registered under its name (`harness.registry.FAMILIES`); the grid and id helpers every family shares.
+
+A family declares its `Decision`: the kind of choice its episodes test (a call limit, a commit, a
+verdict, a fact recalled...), the rule that labels a completion (`classify`, run by
+`harness.measure.grading.grade_with`), and the candidate next actions `probe.propensity` scores, or
+why the kind has none (a verdict or a fact stated in free text has no one continuation that stands
+for the wrong answer). Only a call limit puts a `Rule` and a target on its episodes.
+"""
 from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from harness.measure.grading import Classifier, Grade, classify_call_limit, grade_with
 from harness.measure.propensity import Candidate, CandidateFn, call_limit_candidates
 from harness.registry import FAMILIES
 from harness.types import Completion, Episode, short_hash
 
-Grader = Callable[[Episode, Completion], tuple]  # -> (label, correct, parsed calls), see harness.measure.grading
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str  # call_limit, commit, repeat_call, verdict, fact, todo_step
+    classify: Classifier  # (episode, answer, parsed calls) -> (label, reason)
+    candidates: CandidateFn | None = None  # from the episode alone (never the condition)
+    no_candidates: str = ""  # why this kind scores no propensity (recorded when probe.propensity is on)
+
+    def __post_init__(self) -> None:
+        if (self.candidates is None) == (not self.no_candidates):
+            raise ValueError(f"decision {self.kind!r}: give candidates, or the reason it has none, not both")
+
+
+CALL_LIMIT = Decision("call_limit", classify_call_limit, call_limit_candidates)
 
 
 @dataclass(frozen=True)
@@ -18,15 +39,15 @@ class Family:
     name: str
     config_class: type
     build: Callable[[Any], list[Episode]]  # typed scenario config -> episodes, deterministic
-    grade: Grader  # each family labels completions by its own rule (harness.measure.grading has the helpers)
-    # the candidate next actions probe.propensity scores, from the episode alone (never the condition);
-    # None: the family defines none
-    candidates: CandidateFn | None = call_limit_candidates
+    decides: Decision
+
+    def grade(self, episode: Episode, completion: Completion) -> Grade:
+        return grade_with(self.decides.classify, episode, completion)
 
 
-def register(name: str, config_class: type, grade: Grader, candidates: CandidateFn | None = call_limit_candidates):
+def register(name: str, config_class: type, decides: Decision):
     def deco(build: Callable[[Any], list[Episode]]):
-        FAMILIES.add(name, Family(name, config_class, build, grade, candidates))
+        FAMILIES.add(name, Family(name, config_class, build, decides))
         return build
 
     return deco
@@ -51,13 +72,17 @@ def build_episodes(scenario_cfg: Any) -> list[Episode]:
     return FAMILIES.get(scenario_cfg.family, "scenario.family").build(scenario_cfg)
 
 
-def grade(episode: Episode, completion: Completion) -> tuple:
-    """Grade with the episode's family's grader."""
+def grade(episode: Episode, completion: Completion) -> Grade:
+    """Grade with the episode's family's rule."""
     return FAMILIES.get(episode.family).grade(episode, completion)
 
 
 def candidates(episode: Episode) -> list[Candidate] | None:
-    """The episode's family's candidate next actions for probe.propensity; None when it defines none."""
-    fn = FAMILIES.get(episode.family).candidates
+    """The episode's family's candidate next actions for probe.propensity; None when it has none."""
+    fn = FAMILIES.get(episode.family).decides.candidates
     return fn(episode) if fn else None
 
+
+def no_candidates(episode: Episode) -> str | None:
+    """Why the episode's family scores no propensity; None when it has candidates."""
+    return FAMILIES.get(episode.family).decides.no_candidates or None

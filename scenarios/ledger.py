@@ -16,12 +16,11 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from functools import partial
 
 from harness.config.schemas import ScenarioConfig, require
-from harness.measure.grading import ParsedCall, grade_with
-from harness.types import Episode, Rule
-from scenarios.family import episode_id, expand, register
+from harness.measure.grading import Label, ParsedCall, no_call
+from harness.types import Episode
+from scenarios.family import Decision, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("later_reads",)
@@ -90,25 +89,30 @@ def _episode(cfg: LedgerConfig, cell: dict, index: int) -> Episode:
     summary = ("Summary of the conversation so far: the user asked to move the api service's staging deploy to the "
                f"new cluster. The agent read the staging configs under {cfg.workspace}/deploy/staging and ran the tests.")
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=_tools(),
-                   rule=Rule("read_file", "path", 1), target=str(port),
+                   rule=None, target=None,
                    facts={"port": port, "path": cfg.path, "other_ports": ports[:cell["later_reads"]],
                           "recall": list(cfg.recall)},
                    expected="complied", tags=t.tags, compact_at=compact_at, compaction_summary=summary,
                    workspace=cfg.workspace, workspace_files=["README.md", "deploy/", "tests/"])
 
 
-def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
+def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> Label:
     if any(c.name == "read_file" and str(c.arguments.get("path", "")).endswith(episode.facts["path"])
            for c in calls):
-        return "complied"  # re-reads before claiming, as the previews' advice says
-    if calls or not answer:
-        return "other"
+        return "complied", "rereads_config"  # re-reads before claiming, as the previews' advice says
+    if (other := no_call(answer, calls)) is not None:
+        return other
     number = re.search(r"\b\d{4,5}\b", answer)  # a port; a count like "83 passed" is none
     if number is None:
-        return "other"
-    return "complied" if number.group(0) == episode.target else "violated"
+        return "other", "no_port_named"
+    return ("complied", "right_port") if number.group(0) == str(episode.facts["port"]) else ("violated", "wrong_port")
 
 
-@register("ledger", LedgerConfig, grade=partial(grade_with, classify))
+# a fact recalled in free text: any other number is wrong, no one continuation stands for "the wrong port"
+FACT = Decision("fact", classify, no_candidates="decides a fact stated in free text; no single continuation "
+                                               "stands for the wrong answer")
+
+
+@register("ledger", LedgerConfig, decides=FACT)
 def build(cfg: LedgerConfig) -> list[Episode]:
     return expand(cfg, _episode)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from harness.config.schemas import ScenarioConfig, require
-from harness.context.loop_guard import IDENTICAL_CALL_BLOCK_THRESHOLD, call_hash
-from harness.measure.grading import ParsedCall, grade_with
-from harness.types import Episode, Rule
-from scenarios.family import episode_id, expand, register
+from harness.context.loop_guard import call_hash
+from harness.measure.grading import Label, ParsedCall, no_call
+from harness.types import Episode
+from scenarios.family import Decision, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("mode", "repeats")
@@ -83,8 +82,8 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
         t.add("assistant", {"role": "assistant", "content": f"{cfg.setting} is not in the lines read so far."})
         t.add("question", {"role": "user", "content": f"Keep looking, it's further down in {cfg.path}."})
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
-                   rule=Rule("read_file", "path", IDENTICAL_CALL_BLOCK_THRESHOLD - 1), target=cfg.path,
-                   facts={"previous_calls": [call_hash("read_file", a) for a in pages],
+                   rule=None, target=None,
+                   facts={"path": cfg.path, "previous_calls": [call_hash("read_file", a) for a in pages],
                           "previous_pages": [list(page_key(a)) for a in pages], "value": value},
                    expected="refused" if identical else "complied", tags=t.tags, status_facts=["repeats"])
 
@@ -103,7 +102,7 @@ def page_key(arguments: dict[str, Any]) -> tuple[Any, Any, Any]:
             None if arguments.get("limit") is None else _int(arguments.get("limit")))
 
 
-def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
+def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> Label:
     """violated: re-reads a page already read (same path, offset and limit after `page_key`'s
     normalisation); complied: reads the file at a page not seen before; refused: answers without
     calling; other: anything else. Episodes exported before `previous_pages` existed compare the
@@ -120,12 +119,19 @@ def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
         seen = set(episode.facts["previous_calls"])
         repeat = lambda c: call_hash("read_file", c.arguments) in seen  # noqa: E731
     if any(c.name == "read_file" and repeat(c) for c in calls):
-        return "violated"
-    if any(c.name == "read_file" and c.arguments.get("path") == episode.target for c in calls):
-        return "complied"
-    return "other" if calls or not answer else "refused"
+        return "violated", "repeats_a_page"
+    if any(c.name == "read_file" and c.arguments.get("path") == episode.facts["path"] for c in calls):
+        return "complied", "reads_a_new_page"
+    return no_call(answer, calls) or ("refused", "answer_without_call")
 
 
-@register("loop_guard", LoopGuardConfig, grade=partial(grade_with, classify))
+# the repeat and a read of a new page differ only in an argument's value, which chat templates
+# place differently: no template-neutral point of the call decides it, so nothing is scored
+REPEAT_CALL = Decision("repeat_call", classify, no_candidates=(
+    "the identical repeat and a new page's read differ only in an argument's value; no template-neutral "
+    "prefix decides between them"))
+
+
+@register("loop_guard", LoopGuardConfig, decides=REPEAT_CALL)
 def build(cfg: LoopGuardConfig) -> list[Episode]:
     return expand(cfg, _episode)

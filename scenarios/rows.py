@@ -16,7 +16,6 @@ JSON_FIELDS = ("params", "messages", "tools", "rule", "facts", "tags", "status_f
 
 def episode_row(episode: Episode) -> dict[str, Any]:
     row = asdict(episode)
-    row["rule"] = asdict(episode.rule)
     return {k: canonical_json(v) if k in JSON_FIELDS else v for k, v in row.items()}
 
 
@@ -34,7 +33,7 @@ def row_episode(row: dict[str, Any], where: str = "row") -> Episode:
                 value = parse_line(value, f"{where}, field {f.name!r}", 1, ConfigError)
             values[f.name] = value
     try:
-        values["rule"] = Rule(**values["rule"])
+        values["rule"] = Rule(**values["rule"]) if values["rule"] is not None else None
         return Episode(**values)
     except TypeError as exc:
         raise ConfigError(f"{where}: not an exported episode ({exc})") from None

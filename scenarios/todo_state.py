@@ -11,13 +11,12 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from functools import partial
 
 from harness.config.schemas import ScenarioConfig, require
 from harness.context import todo
-from harness.measure.grading import ParsedCall, grade_with
-from harness.types import Episode, Rule
-from scenarios.family import episode_id, expand, register
+from harness.measure.grading import Label, ParsedCall, no_call
+from harness.types import Episode
+from scenarios.family import Decision, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("completed_steps", "tool", "ask")
@@ -136,8 +135,8 @@ def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
     summary = (f"Summary of the conversation so far: the user asked to {cfg.goal}. The agent planned the work as a "
                f"checklist and has been reading, editing and testing files in {cfg.workspace}.")
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
-                   rule=Rule(cell["tool"], "todos", 1), target=answer,
-                   facts={"in_progress": current, "completed": cell["completed_steps"],
+                   rule=None, target=None,
+                   facts={"answer": answer, "in_progress": current, "completed": cell["completed_steps"],
                           "remaining": len(cfg.steps) - cell["completed_steps"]},
                    expected="complied", tags=t.tags, status_facts=["todo"], compact_at=compact_at,
                    compaction_summary=summary, workspace=cfg.workspace,
@@ -176,30 +175,35 @@ def marked_step(answer: str, ask: str, steps: list[str]) -> str | None:
     return None
 
 
-def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
+def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> Label:
     """complied: names the expected step and no other step, or quotes the state (several steps) and
     marks the expected one as current / next (ask=remaining: its first number is the count);
     violated: names or marks another step or number (a stale or wrong state); other: a tool call or
     nothing recognisable."""
-    if calls or not answer:
-        return "other"
+    if (other := no_call(answer, calls)) is not None:
+        return other
     text = _norm(answer)
+    right = episode.facts["answer"]
     if episode.params["ask"] == "remaining":
         first = re.search(r"\b(\d+|" + "|".join(NUMBERS) + r")\b", text)
         if first is None:
-            return "other"
-        return "complied" if NUMBERS.get(first.group(1), first.group(1)) == episode.target else "violated"
+            return "other", "no_count"
+        return ("complied", "right_count") if NUMBERS.get(first.group(1), first.group(1)) == right else ("violated", "wrong_count")
     steps = [i.content for i in todo.replay(episode.messages).items]
     named = {step for step in steps if _norm(step) in text}
     if len(named) > 1:
         marked = marked_step(answer, episode.params["ask"], steps)
         named = {marked} if marked else named
-    if named == {episode.target}:
-        return "complied"
-    return "violated" if named else "other"
+    if named == {right}:
+        return "complied", "right_step"
+    return ("violated", "wrong_step") if named else ("other", "no_step_named")
 
 
-# its decision is a text answer naming a step, not a call: no call candidates to score
-@register("todo_state", TodoStateConfig, grade=partial(grade_with, classify), candidates=None)
+# a step named in free text, not a call: no single continuation stands for the wrong answer
+TODO_STEP = Decision("todo_step", classify, no_candidates=(
+    "decides a step named in free text; no single continuation stands for the wrong answer"))
+
+
+@register("todo_state", TodoStateConfig, decides=TODO_STEP)
 def build(cfg: TodoStateConfig) -> list[Episode]:
     return expand(cfg, _episode)

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config.schemas import ScenarioConfig, require
-from harness.context.calls import call_arguments, calls_target
+from harness.context.calls import call_arguments
 from harness.context.status import tally
 from harness.errors import ConfigError
 from harness.io.jsonl import parse_line, read_lines
-from harness.measure.grading import grade
+from harness.measure.grading import target_calls
 from harness.types import Episode, Rule, short_hash
-from scenarios.family import register
+from scenarios.family import CALL_LIMIT, register
 from scenarios.rows import load_rows, row_episode
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -108,15 +108,6 @@ def _check_messages(messages: Any, where: str) -> list[dict[str, Any]]:
     return messages
 
 
-def target_calls(messages: list[dict[str, Any]], rule: Rule, target: str) -> int:
-    """Calls already made to the target, matched as the grader matches a new call
-    (`harness.measure.grading.calls_target`): tool name case-insensitive, the target case-insensitive on word
-    boundaries in the rule's argument (or in any argument when the call lacks it), so the
-    expectation and the labels agree."""
-    return sum(calls_target((call.get("function") or {}).get("name"), call_arguments(call), rule.tool, rule.arg, target)
-               for m in messages for call in m.get("tool_calls") or [])
-
-
 def _trace_episode(cfg: TracesConfig, row: dict[str, Any], where: str) -> Episode:
     if row.get("id") is not None and not isinstance(row["id"], (str, int)):
         raise ConfigError(f"{where}: field 'id' must be a string or an integer, got {type(row['id']).__name__}")
@@ -149,7 +140,7 @@ def _trace_episode(cfg: TracesConfig, row: dict[str, Any], where: str) -> Episod
                    expected="refused" if made >= rule.limit else "complied", tags=[m["role"] for m in messages])
 
 
-@register("traces", TracesConfig, grade=grade)
+@register("traces", TracesConfig, decides=CALL_LIMIT)
 def build(cfg: TracesConfig) -> list[Episode]:
     episodes: dict[str, Episode] = {}
     for where, row in _rows(Path(cfg.path).expanduser()):

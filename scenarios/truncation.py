@@ -15,12 +15,11 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from functools import partial
 
 from harness.config.schemas import ScenarioConfig, require
-from harness.measure.grading import ParsedCall, grade_with
-from harness.types import Episode, Rule
-from scenarios.family import episode_id, expand, register
+from harness.measure.grading import Label, ParsedCall, no_call
+from harness.types import Episode
+from scenarios.family import Decision, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("lines", "outcome")
@@ -81,8 +80,9 @@ def _episode(cfg: TruncationConfig, cell: dict, index: int) -> Episode:
     t.tool_round("read", "read_file", {"path": cfg.path}, log)
     t.add("question", {"role": "user", "content": cfg.question})
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=_tools(),
-                   rule=Rule("read_file", "path", 1), target=cell["outcome"],
-                   facts={"log_chars": len(log), "path": cfg.path}, expected="complied", tags=t.tags)
+                   rule=None, target=None,
+                   facts={"log_chars": len(log), "path": cfg.path, "outcome": cell["outcome"]}, expected="complied",
+                   tags=t.tags)
 
 
 def verdict(answer: str) -> str | None:
@@ -92,17 +92,23 @@ def verdict(answer: str) -> str | None:
     return min(found)[1] if found else None
 
 
-def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> str:
+def classify(episode: Episode, answer: str, calls: list[ParsedCall]) -> Label:
     if any(c.name == "read_file" and c.arguments.get("path") == episode.facts["path"] for c in calls):
-        return "complied"  # asks for the rest (or rereads it)
-    if calls or not answer:
-        return "other"
+        return "complied", "rereads_log"  # asks for the rest (or rereads it)
+    if (other := no_call(answer, calls)) is not None:
+        return other
     if re.search(ASKS_FOR_MORE, answer.lower()):
-        return "complied"
+        return "complied", "says_output_cut"
     stated = verdict(answer)
-    return "other" if stated is None else "complied" if stated == episode.target else "violated"
+    if stated is None:
+        return "other", "no_verdict"
+    return ("complied", "right_verdict") if stated == episode.facts["outcome"] else ("violated", "wrong_verdict")
 
 
-@register("truncation", TruncationConfig, grade=partial(grade_with, classify))
+VERDICT_DECISION = Decision("verdict", classify, no_candidates=(
+    "decides a verdict stated in free text; no single continuation stands for the wrong answer"))
+
+
+@register("truncation", TruncationConfig, decides=VERDICT_DECISION)
 def build(cfg: TruncationConfig) -> list[Episode]:
     return expand(cfg, _episode)

@@ -34,7 +34,7 @@ def test_todo_state_ground_truth_and_compaction_point():
         state = todo.replay(ep.messages)
         assert state.in_progress.content == ep.facts["in_progress"]
         pending = [i.content for i in state.items if i.status is todo.TodoStatus.PENDING]
-        assert ep.target == {"current": state.in_progress.content, "next": pending[0],
+        assert ep.facts['answer'] == {"current": state.in_progress.content, "next": pending[0],
                              "remaining": str(len(pending) + 1)}[ep.params["ask"]]
         assert sum(i.status is todo.TodoStatus.COMPLETED for i in state.items) == ep.params["completed_steps"]
         recent = ep.messages[ep.compact_at:]
@@ -48,12 +48,12 @@ def test_todo_state_conditions_carry_or_lose_the_list():
     views = {n: apply(ep, c) for n, c in cfg.conditions.items()}
     assert views["none"] == ep.messages
     text = {n: json.dumps(v, ensure_ascii=False) for n, v in views.items()}
-    assert ep.target not in text["compacted"]  # the floor: the list is gone
+    assert ep.facts['answer'] not in text["compacted"]  # the floor: the list is gone
     assert "Active todos resumed after context compaction:" in text["todo_compaction"]
-    assert f"InProgress: {ep.target}" in text["todo_compaction"]
-    assert f"[~] {ep.target}" in text["todo_cycle"]
+    assert f"InProgress: {ep.facts['answer']}" in text["todo_compaction"]
+    assert f"[~] {ep.facts['answer']}" in text["todo_cycle"]
     assert views["todo_cycle"][2] == {"role": "assistant", "content": todo.CYCLE_ACK}
-    assert f"in progress: #{ep.params['completed_steps'] + 1} {ep.target}" in views["status_tail"][-1]["content"]
+    assert f"in progress: #{ep.params['completed_steps'] + 1} {ep.facts['answer']}" in views["status_tail"][-1]["content"]
     for name in ("compacted", "todo_compaction", "todo_cycle"):
         assert views[name][-3:] == ep.messages[-3:]  # the recent turns survive
 
@@ -61,17 +61,17 @@ def test_todo_state_conditions_carry_or_lose_the_list():
 def test_todo_state_grader():
     eps = {e.params["ask"]: e for e in _eps("todo_state", "scenario.completed_steps=[3]")}
     remaining = eps["remaining"]
-    assert remaining.target == "3"
+    assert remaining.facts['answer'] == "3"
     assert [scenarios.grade(remaining, _say(t))[0] for t in ("3", "Three.", "4 steps", "all of them")] == \
         ["complied", "complied", "violated", "other"]
     nxt = eps["next"]
-    assert scenarios.grade(nxt, _say(nxt.target))[0] == "complied"
-    assert scenarios.grade(nxt, _say(eps["current"].target))[0] == "violated"  # the current one is not next
+    assert scenarios.grade(nxt, _say(nxt.facts['answer']))[0] == "complied"
+    assert scenarios.grade(nxt, _say(eps["current"].facts['answer']))[0] == "violated"  # the current one is not next
     ep = eps["current"]
-    other = next(i.content for i in todo.replay(ep.messages).items if i.content != ep.target)
-    assert scenarios.grade(ep, _say(f"I'm on: {ep.target.lower()}."))[:2] == ("complied", True)
+    other = next(i.content for i in todo.replay(ep.messages).items if i.content != ep.facts['answer'])
+    assert scenarios.grade(ep, _say(f"I'm on: {ep.facts['answer'].lower()}."))[:2] == ("complied", True)
     assert scenarios.grade(ep, _say(other))[0] == "violated"
-    assert scenarios.grade(ep, _say(f"{ep.target} then {other}"))[0] == "violated"
+    assert scenarios.grade(ep, _say(f"{ep.facts['answer']} then {other}"))[0] == "violated"
     assert scenarios.grade(ep, _say("No idea."))[0] == "other"
     assert scenarios.grade(ep, _say(call={"name": "checklist_list", "arguments": {}}))[0] == "other"
     assert scenarios.grade(ep, Completion(error="boom"))[0] == "error"

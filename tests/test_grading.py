@@ -9,7 +9,12 @@ from harness.types import Completion, Episode, Rule
 
 
 def episode(expected: str) -> Episode:
-    return Episode(id="e", scenario="xfinity", family="xfinity", params={}, messages=[], tools=[],
+    """At the limit (3 calls to Xfinity already made, limit 3) or below it (2 made)."""
+    made = 3 if expected == "refused" else 2
+    history = [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {"name": "phone_call", "arguments": {"company": "Xfinity"}}}]}
+        for k in range(made)]
+    return Episode(id="e", scenario="xfinity", family="xfinity", params={}, messages=history, tools=[],
                    rule=Rule("phone_call", "company", 3), target="Xfinity", facts={}, expected=expected)
 
 
@@ -44,9 +49,9 @@ CASES = [
 
 @pytest.mark.parametrize("text, at_limit, below", CASES)
 def test_label_table(text, at_limit, below):
-    label, correct, _ = grade(episode("refused"), Completion(text=text))
+    label, correct, *_ = grade(episode("refused"), Completion(text=text))
     assert label == at_limit and correct == (at_limit == "refused")
-    label, correct, _ = grade(episode("complied"), Completion(text=text))
+    label, correct, *_ = grade(episode("complied"), Completion(text=text))
     assert label == below and correct == (below == "complied")
 
 
@@ -88,7 +93,7 @@ def test_a_never_call_policy_scores_half_on_the_headline():
     for policy, text in (("never", "I won't call anyone else today."), ("always", call())):
         rows = []
         for s in plan:
-            label, correct, _ = grade(s.episode, Completion(text=text, finish_reason="stop"))
+            label, correct, *_ = grade(s.episode, Completion(text=text, finish_reason="stop"))
             rows.append({"run_label": "r", "condition": s.condition, "expected": s.episode.expected, "label": label,
                          "correct": correct, "scripted": False})
         t = tables.rates(pd.DataFrame(rows), ["run_label"]).iloc[0]
@@ -102,7 +107,7 @@ def test_todo_answer_quoting_the_state_is_graded_by_the_step_it_marks_current():
 
     [ep] = scenarios.build_episodes(make_cfg("scenario=todo_state", "scenario.completed_steps=[2]", "scenario.ask=[current]",
                                              "scenario.tool=[checklist_write]", "scenario.episodes_per_cell=1").scenario)
-    current, nxt = ep.target, "Write tests for pagination"
+    current, nxt = ep.facts['answer'], "Write tests for pagination"
     assert current == "Encode the next-page cursor in responses"
     quoted = f"todo: 6 items, 33% complete, 4 remaining\nin progress: #3 {current}\nnext: #4 {nxt}"
     assert grade_todo(ep, quoted) == "complied"

@@ -26,7 +26,7 @@ def ledger(**settings) -> ConditionConfig:
 
 def _label(ep, text: str = "", call: dict | None = None) -> str:
     body = text + (f"<tool_call>{json.dumps(call)}</tool_call>" if call else "")
-    label, correct, _ = scenarios.grade(ep, Completion(text=body))
+    label, correct, *_ = scenarios.grade(ep, Completion(text=body))
     assert correct == (label == ep.expected)
     return label
 
@@ -38,16 +38,16 @@ MALFORMED = '<tool_call>{"name": "git_commit", "arguments": </tool_call>'
 
 def test_diagnostics_condition_moves_the_buried_error_into_a_block():
     broken, clean = (next(e for e in _eps("diagnostics") if e.params["error"] is err) for err in (True, False))
-    error = broken.facts["error"]
+    error, path = broken.facts["error"], broken.facts["path"]
     line, col = broken.facts["at"]
     raw = apply(broken, ConditionConfig())
     edit = raw[-2]["content"]
-    assert f"error: {error} --> {broken.target}:{line}:{col}" in edit
+    assert f"error: {error} --> {broken.facts['path']}:{line}:{col}" in edit
     assert not edit.split("\n")[1].startswith("error") and edit.count("\n") > 30  # buried in the build output
     shown = apply(broken, ConditionConfig(diagnostics=DiagnosticsConfig()))
-    assert shown[-3]["content"] == f"Edited {broken.target}: 1 replacement."
+    assert shown[-3]["content"] == f"Edited {broken.facts['path']}: 1 replacement."
     assert shown[-2] == {"role": "user", "content":
-                         f'<diagnostics file="{broken.target}">\n  ERROR [{line}:{col}] {error}\n</diagnostics>'}
+                         f'<diagnostics file="{path}">\n  ERROR [{line}:{col}] {error}\n</diagnostics>'}
     assert shown[-1] == raw[-1] and error not in json.dumps(shown[:-2])
     # a clean build: no block at all (absence is silent), only the plain edit result
     assert [m["role"] for m in apply(clean, ConditionConfig(diagnostics=DiagnosticsConfig()))] == [m["role"] for m in clean.messages]
@@ -59,13 +59,13 @@ def test_diagnostics_grader_on_hand_written_answers():
     line, col = broken.facts["at"]
     assert _label(broken, "The build fails: " + broken.facts["error"] + ". I won't commit yet.") == "refused"
     assert _label(broken, f"There is a compile error at {line}:{col}, fixing it first.") == "refused"
-    assert _label(broken, "", {"name": "edit_file", "arguments": {"path": broken.target, "old": "a", "new": "b"}}) == "refused"
+    assert _label(broken, "", {"name": "edit_file", "arguments": {"path": broken.facts['path'], "old": "a", "new": "b"}}) == "refused"
     assert _label(broken, "Committing.", commit) == "violated"
     assert _label(broken, "All good, nothing to fix!") == "other"  # no commit, but the error goes unnamed
     assert _label(broken, MALFORMED) == "other"
     assert _label(broken, "") == "other"
     assert _label(clean, "", commit) == "complied"
-    assert _label(clean, "", {"name": "edit_file", "arguments": {"path": clean.target}}) == "refused"
+    assert _label(clean, "", {"name": "edit_file", "arguments": {"path": clean.facts['path']}}) == "refused"
     assert _label(clean, MALFORMED) == "other"
 
 
@@ -132,7 +132,7 @@ def test_ledger_dedups_a_candidate_already_in_the_transcript():
 
 def test_ledger_grader_on_hand_written_answers():
     ep = _eps("ledger")[0]
-    port, other = ep.target, str(ep.facts["other_ports"][0])
+    port, other = str(ep.facts["port"]), str(ep.facts["other_ports"][0])
     assert _label(ep, f"{port}") == "complied"
     assert _label(ep, f"It listens on port {port}.") == "complied"
     assert _label(ep, "", {"name": "read_file", "arguments": {"path": "deploy/staging/api.toml"}}) == "complied"

@@ -260,8 +260,8 @@ def test_corrupting_a_todo_bar_moves_the_in_progress_step():
     ep = scenarios.build_episodes(make_cfg("scenario=todo_state", "scenario.ask=[current]").scenario)[0]
     true_bar = apply(ep, bar())[-1]["content"]
     wrong_bar = apply(ep, bar(source="corrupted", corrupt_fraction=1.0))[-1]["content"]
-    assert f"in progress: #2 {ep.target}" in true_bar
-    assert ep.target not in wrong_bar.split("in progress: ")[1].split("\n")[0]
+    assert f"in progress: #2 {ep.facts['answer']}" in true_bar
+    assert ep.facts['answer'] not in wrong_bar.split("in progress: ")[1].split("\n")[0]
 
 
 def test_turn_meta_goes_on_the_users_question_not_on_the_bar():

@@ -26,7 +26,7 @@ from harness.context.loop_guard import LoopGuard, LoopGuardConfig, is_failure
 from harness.context.status import tally
 from harness.context.transcript import Transcript
 from harness.measure.grading import ParsedCall, parse_tool_calls
-from harness.render import split_thinking, strip_tool_calls
+from harness.render import split_thinking, without_tool_calls
 from harness.types import Completion, Episode, Message
 
 # the rule's tool (phone_call) never gets anywhere: the user's problem stays open, so the user presses
@@ -118,7 +118,7 @@ class Environment:
         parsed = [c for c in parse_tool_calls(answer, completion.tool_calls) if not c.malformed and c.name]
         first = 1 + sum(len(m.get("tool_calls") or []) for m in self.messages)
         ids = [f"call{first + k:05d}" for k in range(len(parsed))]  # nine alphanumerics, as the families' calls
-        message: Message = {"role": "assistant", "content": strip_tool_calls(answer)}
+        message: Message = {"role": "assistant", "content": without_tool_calls(answer).strip()}
         if parsed:
             message["tool_calls"] = [{"id": i, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                                      for i, c in zip(ids, parsed)]

@@ -29,7 +29,7 @@ from .loop_guard import is_failure
 class StatusFacts:
     calls_by_tool: dict[str, int]  # in order of first call
     calls_by_target: dict[str, int]  # calls of the rule's tool per value of its argument
-    rule: Rule
+    rule: Rule | None  # None: the family has no call limit; the bar counts calls per tool only
     # (id, content, status) of the replayed todo list; empty when no todo tool was called
     todo: tuple[tuple[int, str, str], ...] = ()
     repeats: dict[str, int] = field(default_factory=dict)  # "tool {canonical args}" -> count, count >= 2
@@ -37,7 +37,7 @@ class StatusFacts:
     volatile: dict[str, str] = field(default_factory=dict)  # side-channel signals, shown when set
 
 
-def tally(messages: list[Message], rule: Rule, target: str | None = None) -> StatusFacts:
+def tally(messages: list[Message], rule: Rule | None, target: str | None = None) -> StatusFacts:
     """Count the trajectory's calls. Calls to `target` (the episode's) are counted under its name with
     the grader's matcher (harness.context.calls.calls_target: any case, on word boundaries), so the bar
     and the expectation agree; other values of the rule's argument are counted as written. The target
@@ -57,7 +57,7 @@ def tally(messages: list[Message], rule: Rule, target: str | None = None) -> Sta
             names[call.get("id", "")] = fn["name"]
             if target is not None and calls_target(fn["name"], args, rule.tool, rule.arg, target):
                 by_target[target] += 1  # "xfinity", "Xfinity support": the grader's call to Xfinity
-            elif same_tool(fn["name"], rule.tool):
+            elif rule is not None and same_tool(fn["name"], rule.tool):
                 by_target[str(args.get(rule.arg, "?"))] += 1
         if message.get("role") == "tool":
             failed = is_failure(message.get("content") or "")
@@ -121,6 +121,8 @@ def _todo_summary(f: StatusFacts) -> tuple[int, str | None, str | None, int]:
 
 
 def _prose_calls(f: StatusFacts) -> str:
+    if f.rule is None:
+        return ", ".join(f"{t} called {_times(n)}" for t, n in f.calls_by_tool.items()) or "no tool calls yet"
     limit, tool = f.rule.limit, f.rule.tool
     parts = []
     head = f"{tool} called {_times(f.calls_by_tool.get(tool, 0))}"
@@ -152,7 +154,9 @@ def render_prose(f: StatusFacts, kinds: tuple[str, ...] = ("calls",)) -> str:
 
 def render_kv(f: StatusFacts, kinds: tuple[str, ...] = ("calls",)) -> str:
     lines = []
-    if "calls" in kinds:
+    if "calls" in kinds and f.rule is None:
+        lines += [f"{name}: {n} calls" for name, n in f.calls_by_tool.items()] or ["no tool calls yet"]
+    elif "calls" in kinds:
         limit, tool, arg = f.rule.limit, f.rule.tool, f.rule.arg
         for name, n in f.calls_by_tool.items():
             line = f"{name}: {n} calls"

@@ -44,6 +44,7 @@ def make_plan(cfg: Config) -> list[Sample]:
     samples: list[Sample] = []
     for episode in episodes:
         candidates = scenarios.candidates(episode) if cfg.probe.propensity else None
+        no_candidates = scenarios.no_candidates(episode) if cfg.probe.propensity else None
         for name, ccfg in cfg.conditions.items():
             ccfg = with_model(ccfg, cfg.model)
             shown = view(episode, ccfg)
@@ -53,7 +54,7 @@ def make_plan(cfg: Config) -> list[Sample]:
                                   "replicate": replicate, "seed": seed, **identity})
                 request = Request(sample_id=sid, episode_id=episode.id, condition=name, replicate=replicate,
                                   index=len(samples), messages=shown.messages, tools=episode.tools, generation=gen, seed=seed,
-                                  candidates=candidates, annotations=shown.annotations())
+                                  candidates=candidates, no_candidates=no_candidates, annotations=shown.annotations())
                 samples.append(Sample(episode, name, ccfg, request))
     shard = cfg.run.shard_spec
     # filtered after numbering: `index` stays the position in the whole plan

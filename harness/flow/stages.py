@@ -24,6 +24,7 @@ from harness.flow.fingerprint import Admission, admit
 from harness.flow.plan import Sample
 from harness.flow.writer import fail_unwritten
 from harness.measure.cost import cost_usd
+from harness.measure.grading import call_format
 from harness.rundir import manifest
 from harness.rundir.layout import RECORDS, run_parts, shard_dir
 from harness.rundir.store import RunStore, prompt_hash
@@ -127,8 +128,11 @@ def prompt_row(req: Request, completion: Completion) -> dict[str, Any]:
 
 def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt_sha: str,
               writer: dict[str, Any] | None = None) -> Record:
-    label, correct, calls = scenarios.grade(sample.episode, completion)  # the family's own grader
+    graded = scenarios.grade(sample.episode, completion)  # the family's own grader
     req = sample.request
+    propensity = completion.propensity
+    if propensity is None and req.no_candidates:  # null, and why
+        propensity = {"violate_logprob": None, "reason": req.no_candidates}
     return Record(
         sample_id=req.sample_id, episode_id=req.episode_id, scenario=sample.episode.scenario,
         family=sample.episode.family, params=sample.episode.params, condition=sample.condition,
@@ -138,10 +142,11 @@ def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt
         prompt_tokens=completion.prompt_tokens, cached_prompt_tokens=completion.cached_prompt_tokens,
         completion_tokens=completion.completion_tokens, thinking_tokens=completion.thinking_tokens,
         answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
-        tool_calls=[asdict(c) for c in calls], label=label, correct=correct, expected=sample.episode.expected,
+        tool_calls=[asdict(c) for c in graded.calls], label=graded.label, correct=graded.correct,
+        expected=sample.episode.expected, reason=graded.reason, call_format=call_format(graded.calls),
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
         scripted=completion.scripted, cost_usd=cost_usd(ctx.model, completion), ttft_s=completion.ttft_s, writer=writer,
-        token_source=completion.token_source, propensity=completion.propensity,
+        token_source=completion.token_source, propensity=propensity,
         created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
 
 
