@@ -24,8 +24,8 @@ from harness.config.schemas import Config, require
 from harness.context import ConditionConfig, view
 from harness.flow import stages
 from harness.flow.plan import in_shard, sample_seed, with_model
-from harness.measure import grading
 from harness.measure.cost import cost_usd
+from harness.measure.grading import Grade
 from harness.registry import FAMILIES
 from harness.rundir import manifest
 from harness.rundir.layout import ROLLOUTS
@@ -57,7 +57,7 @@ def plan(cfg: Config) -> list[Rollout]:
     family = cfg.scenario.family
     # a step is labelled against the history so far; only the call-limit rule reads it from there (the
     # other families' graders read facts counted once, for the frozen trajectory's last turn)
-    require(FAMILIES.get(family, "scenario.family").grade is grading.grade, "scenario.family",
+    require(FAMILIES.get(family, "scenario.family").decides.kind == "call_limit", "scenario.family",
             f"the {family} family's grader labels a frozen trajectory's last turn only; rollouts run the call-limit "
             "families (xfinity and its variants, traces)")
     episodes = scenarios.build_episodes(cfg.scenario)
@@ -147,11 +147,11 @@ def run_round(cfg: Config, batch: list[Rollout], order: Iterator[int], backend: 
         raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
     records, prompts = [], []
     for r, snap, req, completion in zip(batch, snapshots, requests, completions):
-        label, _, _ = scenarios.grade(snap, completion)  # the family's grader, against the history before the step
+        grade = scenarios.grade(snap, completion)  # the family's grader, against the history before the step
         row = stages.prompt_row(req, completion)
         turn, step_in_turn = r.env.turn, r.env.step_in_turn
         calls = executed(r.env.act(completion))
-        rec = step_record(cfg, r, req, completion, row["prompt_sha256"], label, snap.expected, calls, turn, step_in_turn)
+        rec = step_record(cfg, r, req, completion, row["prompt_sha256"], grade, snap.expected, calls, turn, step_in_turn)
         r.steps.append(rec)
         records.append(rec)
         prompts.append(row)
@@ -168,7 +168,7 @@ def request(cfg: Config, r: Rollout, snap: Episode, order: Iterator[int]) -> Req
                    seed=int(short_hash({"seed": r.seed, "step": step}, 8), 16), annotations=shown.annotations())
 
 
-def step_record(cfg: Config, r: Rollout, req: Request, c: Completion, prompt_sha: str, label: str, expected: str,
+def step_record(cfg: Config, r: Rollout, req: Request, c: Completion, prompt_sha: str, grade: Grade, expected: str,
                 calls: list[dict[str, Any]], turn: int, step_in_turn: int) -> StepRecord:
     return StepRecord(
         sample_id=req.sample_id, rollout_id=r.rollout_id, episode_id=r.episode.id, scenario=r.episode.scenario,
@@ -178,7 +178,7 @@ def step_record(cfg: Config, r: Rollout, req: Request, c: Completion, prompt_sha
         prompt_chars=sum(len(m["content"]) for m in req.messages if isinstance(m.get("content"), str)),
         prompt_tokens=c.prompt_tokens, cached_prompt_tokens=c.cached_prompt_tokens,
         completion_tokens=c.completion_tokens, thinking_tokens=c.thinking_tokens, answer_tokens=c.answer_tokens,
-        text=c.text, reasoning=c.reasoning, tool_calls=c.tool_calls, calls=calls, label=label, expected=expected,
+        text=c.text, reasoning=c.reasoning, tool_calls=c.tool_calls, calls=calls, label=grade.label, reason=grade.reason, expected=expected,
         latency_s=c.latency_s, finish_reason=c.finish_reason, error=c.error, scripted=c.scripted,
         cost_usd=cost_usd(cfg.model, c), token_source=c.token_source, created_at=manifest.now("microseconds"))
 

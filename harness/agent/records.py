@@ -39,6 +39,7 @@ class StepRecord:
     tool_calls: list[dict[str, Any]]  # API-style calls the backend returned
     calls: list[dict[str, Any]]  # the calls the environment executed, with their results
     label: str
+    reason: str  # the grader's
     expected: str
     latency_s: float | None
     finish_reason: str | None
