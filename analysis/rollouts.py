@@ -184,6 +184,16 @@ def browser_samples(steps: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
                         **{"params.turn": steps["turn"], "params.step": steps["step"]})
 
 
+def summary_lines(run_dir: Path) -> list[str]:
+    """One line per arm for the console: rollouts, violations per rollout, share with a violation."""
+    _, rollouts = load(run_dir)
+    if rollouts.empty:
+        return ["no finished rollouts yet"]
+    return [f"{cond}: {len(g)} rollouts, {g['violations'].mean():.2f} violations per rollout, "
+            f"{(g['violations'] > 0).mean():.0%} with a violation, {g['steps'].mean():.1f} steps each"
+            for cond, g in rollouts.groupby("condition", sort=True)] + [f"wrote {Path(run_dir) / 'report.md'}"]
+
+
 def write_rollout_report(run_dir: Path, out_dir: Path | None = None, browser_limit: int = browser.DEFAULT_LIMIT) -> str:
     """report.md and report.html (with the sample browser, steps as samples) of a rollout run."""
     run_dir = Path(run_dir)

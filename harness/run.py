@@ -89,10 +89,11 @@ def main(dcfg: DictConfig) -> None:
         if cfg.run.report and not counts["planned"]:  # no episode hashed to this shard: no records to report on
             print(f"statusbench: run.shard={cfg.run.shard} holds none of the plan's episodes; no report")
         elif cfg.run.report and rollouts:
-            from analysis.rollouts import write_rollout_report  # analysis loads only here (see below)
+            from analysis.rollouts import summary_lines, write_rollout_report  # analysis loads only here (see below)
 
             write_rollout_report(run_dir)
-            print(f"statusbench: wrote {run_dir / 'report.md'}")
+            for line in summary_lines(run_dir):
+                print(f"statusbench: {line}")
         elif cfg.run.report:
             # the last stage; analysis stands above the harness (pandas, matplotlib), so it loads only here
             from analysis.load import load_records

@@ -221,6 +221,9 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
     run_dir = tmp_path / "agent_loop" / "cli"
     rollouts = _rows(run_dir / "rollouts.jsonl")
     assert len(rollouts) == 8 and {r["condition"] for r in rollouts} == {"none", "status_tail"}
+    for cond in ("none", "status_tail"):
+        arm = [r for r in rollouts if r["condition"] == cond]
+        assert f"statusbench: {cond}: 4 rollouts, {sum(r['violations'] for r in arm) / 4:.2f} violations per rollout" in first.stdout
     report = (run_dir / "report.md").read_text()
     for title in ("Rollouts: violations per rollout", "Time to first violation",
                   "Thinking per step against context length", "Prompt-cache reuse per strategy"):
