@@ -7,14 +7,15 @@ from dataclasses import dataclass
 import pandas as pd
 
 # characters that open markdown inline markup (links, images, emphasis, code, HTML, entities, table
-# pipes); CommonMark lets a backslash escape any ASCII punctuation
-_MARKUP = re.compile(r"([\\`*_\[\]<>!&|])")
+# pipes), CommonMark lets a backslash escape any ASCII punctuation; an underscore between two letters
+# or digits opens no emphasis, so `status_tail` stays as written
+_MARKUP = re.compile(r"[\\`*\[\]<>!&|]|(?<![^\W_])_|_(?![^\W_])")
 
 
 def md_text(value: object) -> str:
     """Data (a server's error text, an id, a cell from a record) as markdown that renders as exactly
     that text: `![k](/proc/self/environ)` stays those characters, never an image or a link."""
-    return _MARKUP.sub(r"\\\1", " ".join(str(value).splitlines()))
+    return _MARKUP.sub(lambda m: "\\" + m.group(), " ".join(str(value).splitlines()))
 
 
 def md_table(table: pd.DataFrame) -> pd.DataFrame:
