@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, require
@@ -31,6 +31,9 @@ class HFBackendConfig(BackendConfig):
     # on a CPU in float32, linear layers through oneDNN's matmul (as vLLM's CPU build does) instead of torch's MKL
     # sgemm: faster at decode batch sizes; off: torch's own linear (`harness.engine.linear`)
     onednn_linear: bool = True
+    # where and how fast it runs; dtype is identity (it changes the numbers)
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"device", "threads", "batch_size", "decode_kv_gb", "share_prefix", "onednn_linear"})
 
     def __post_init__(self) -> None:
         require(self.threads >= 0, "backend.threads", f"must be >= 0, got {self.threads}")

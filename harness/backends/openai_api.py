@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
@@ -40,6 +40,8 @@ class OpenAIBackendConfig(BackendConfig):
     timeout_s: float = 300.0
     stream: bool = False  # on: time to first token is measured
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
+    # transport only: base_url, served_model and extra_body decide the outputs and are identity
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"api_key_env", "concurrency", "max_retries", "timeout_s", "stream"})
 
     def __post_init__(self) -> None:
         require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
@@ -188,8 +190,8 @@ class OpenAIBackend(Backend):
             logging.getLogger(name).setLevel(logging.WARNING)
 
     def describe(self) -> dict[str, Any]:
-        return {"base_url": self.cfg.base_url, "served_model": self.model, "stream": self.cfg.stream,
-                "concurrency": self.cfg.concurrency}
+        return {"base_url": self.cfg.base_url, "served_model": self.model, "extra_body": self.cfg.extra_body,
+                "stream": self.cfg.stream, "concurrency": self.cfg.concurrency}
 
     def _client(self) -> Any:
         import openai

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, DType, ModelConfig, require
@@ -42,6 +42,9 @@ class VLLMBackendConfig(BackendConfig):
     enable_prefix_caching: bool = True
     seed: int = 0
     enforce_eager: bool = False
+    # how the engine is laid out and cached; dtype, max_model_len (which prompts fit) and seed are identity
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching", "enforce_eager"})
 
     def __post_init__(self) -> None:
         require(self.tensor_parallel_size >= 1, "backend.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
