@@ -21,7 +21,7 @@ from harness.rundir.store import read_jsonl
 log = logging.getLogger(__name__)
 
 # bump when the columns or dtypes below change, so old caches are rebuilt
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 CACHE_NAME = "records.parquet"
 
 # outcome labels in the order figures and tables show them
@@ -35,7 +35,7 @@ COLUMNS: dict[str, str] = {
     "prompt_sha256": "str", "prompt_tokens": "float64", "cached_prompt_tokens": "float64",
     "completion_tokens": "float64", "thinking_tokens": "float64", "answer_tokens": "float64",
     "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
-    "expected": "str", "latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
+    "expected": "str", "latency_s": "float64", "batch_latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
     "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
 }
 REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")

@@ -111,16 +111,16 @@ def mean_interval(values: np.ndarray, *, confidence: float = 0.95, n_resamples: 
     return Estimate(est, float(ci.low), float(ci.high), len(x))
 
 
-def sign_flip(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) -> float:
+def sign_flip(d: np.ndarray, alternative: str = "two-sided", seed: int = 0, flips: int = MONTE_CARLO_FLIPS) -> float:
     """p-value of a mean per-episode difference under the null of no effect (each episode's
     difference as likely negative as positive): all 2^n sign flips up to EXACT_EPISODES episodes,
-    MONTE_CARLO_FLIPS random ones above."""
+    `flips` random ones above."""
     d = np.asarray(d, float)
     d = d[~np.isnan(d)]
     if len(d) < 2 or not d.any():  # one episode is no test
         return 1.0
     res = sps.permutation_test((d,), np.mean, permutation_type="samples", alternative=alternative, vectorized=True,
-                               n_resamples=2**EXACT_EPISODES if len(d) <= EXACT_EPISODES else MONTE_CARLO_FLIPS,
+                               n_resamples=2**EXACT_EPISODES if len(d) <= EXACT_EPISODES else flips,
                                rng=np.random.default_rng(seed))
     return float(res.pvalue)
 
@@ -147,7 +147,8 @@ class Paired:
     diff_high: float
 
 
-def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, confidence: float = 0.95, seed: int = 0) -> Paired:
+def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, confidence: float = 0.95, seed: int = 0,
+           flips: int = MONTE_CARLO_FLIPS) -> Paired:
     """a, b: outcomes (0/1 or numbers) of the two arms on the same samples; clusters: each pair's episode."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) != len(b) or len(a) != len(clusters):
@@ -158,7 +159,7 @@ def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, confidence: fl
     d = eb - ea
     diff = mean_interval(d, confidence=confidence, seed=seed)
     return Paired(len(a), len(d), float(ea.mean()), float(eb.mean()), int(((a > 0) & (b <= 0)).sum()),
-                  int(((a <= 0) & (b > 0)).sum()), sign_flip(d, "two-sided", seed), sign_flip(d, "less", seed),
+                  int(((a <= 0) & (b > 0)).sum()), sign_flip(d, "two-sided", seed, flips), sign_flip(d, "less", seed, flips),
                   diff.est, diff.low, diff.high)
 
 

@@ -143,7 +143,8 @@ class HFBackend(Backend):
                                   lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"])
         return Completion(text=text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=len(prompt_ids),
                           cached_prompt_tokens=d.cached, completion_tokens=len(tokens), thinking_tokens=thinking,
-                          answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, finish_reason=d.finish,
+                          answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, batch_latency_s=d.batch_latency,
+                          finish_reason=d.finish,
                           token_ids=list(body))
 
 

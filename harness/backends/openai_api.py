@@ -208,6 +208,7 @@ class OpenAIBackend(Backend):
     async def _generate(self, requests: list[Request]) -> list[Completion]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
         out: list[Completion] = [Completion()] * len(requests)
+        t0 = time.perf_counter()
         async with self._client() as client:
             async def one(i: int) -> None:
                 async with gate:
@@ -215,6 +216,9 @@ class OpenAIBackend(Backend):
 
             # sent in prefix order, so a server's prefix cache sees requests sharing a prefix together
             await asyncio.gather(*(one(i) for i in prefix_order([prefix_key(r) for r in requests])))
+        batch = time.perf_counter() - t0
+        for c in out:  # latency_s stays each request's own time
+            c.batch_latency_s = batch
         return out
 
     async def _one(self, client: Any, req: Request) -> Completion:
