@@ -45,7 +45,7 @@ def headline_coverage(reps: int, *, episodes: int = 10, replicates: int = REPLIC
 
 def paired_rejections(reps: int, *, episodes: int = 10, replicates: int = REPLICATES, base: float = 0.8, drop: float = 0.0,
                       icc: float = ICC, alpha: float = 0.05, alternative: str = "two-sided", clustered: bool = True,
-                      flips: int = stats.MONTE_CARLO_FLIPS, seed: int = 0) -> float:
+                      flips: int | None = None, seed: int = 0) -> float:
     """Share of simulated paired comparisons (baseline accuracy `base`, the condition `drop` lower)
     that stats.paired rejects at `alpha`: the false-positive rate at drop 0, the power above it."""
     rng = np.random.default_rng(seed)

@@ -111,16 +111,16 @@ def mean_interval(values: np.ndarray, *, confidence: float = 0.95, n_resamples: 
     return Estimate(est, float(ci.low), float(ci.high), len(x))
 
 
-def sign_flip(d: np.ndarray, alternative: str = "two-sided", seed: int = 0, flips: int = MONTE_CARLO_FLIPS) -> float:
+def sign_flip(d: np.ndarray, alternative: str = "two-sided", seed: int = 0, flips: int | None = None) -> float:
     """p-value of a mean per-episode difference under the null of no effect (each episode's
     difference as likely negative as positive): all 2^n sign flips up to EXACT_EPISODES episodes,
-    `flips` random ones above."""
+    `flips` (default MONTE_CARLO_FLIPS) random ones above."""
     d = np.asarray(d, float)
     d = d[~np.isnan(d)]
     if len(d) < 2 or not d.any():  # one episode is no test
         return 1.0
     res = sps.permutation_test((d,), np.mean, permutation_type="samples", alternative=alternative, vectorized=True,
-                               n_resamples=2**EXACT_EPISODES if len(d) <= EXACT_EPISODES else flips,
+                               n_resamples=2**EXACT_EPISODES if len(d) <= EXACT_EPISODES else flips or MONTE_CARLO_FLIPS,
                                rng=np.random.default_rng(seed))
     return float(res.pvalue)
 
@@ -148,7 +148,7 @@ class Paired:
 
 
 def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, confidence: float = 0.95, seed: int = 0,
-           flips: int = MONTE_CARLO_FLIPS) -> Paired:
+           flips: int | None = None) -> Paired:
     """a, b: outcomes (0/1 or numbers) of the two arms on the same samples; clusters: each pair's episode."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) != len(b) or len(a) != len(clusters):
