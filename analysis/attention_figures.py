@@ -1,7 +1,10 @@
 """Attention-probe figures and report section for runs made with `probe.attention=true`.
 
 Shares are attention mass per generated token, averaged over heads, then over samples: a region's
-share at a layer is what one generated token of that layer puts on it. `template` holds the turn
+share at a layer is what one generated token of that layer puts on it. A long region gets more
+attention for its length alone, so each share stands beside its share per token (share / the
+region's length in tokens: the prompt tokens it covers, or for `generated` the completion's tokens),
+both averaged over each episode's samples and then over episodes, with intervals over episodes. `template` holds the turn
 markers and the first token, where attention sinks sit; `generated` is the completion's own tokens.
 Figures: a layers x regions heatmap per condition and each condition's difference from the first;
 the mean share per region (all layers) in one bar chart; a token-level strip over one prompt per
@@ -15,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import stats
 from analysis.section import Section, md_text
 from analysis.style import FULL_WIDTH, colors, ordered_regions, region_colors, save
 from harness.measure.attention import store
@@ -23,8 +27,22 @@ from harness.measure.attention.regions import region_group
 HEATMAP, SHARES, STRIP = "attention_layers_by_region", "attention_share_by_region", "attention_token_strip"
 
 
+def region_lengths(a: dict[str, np.ndarray]) -> np.ndarray:
+    """Tokens of each region of one probed sample: the prompt tokens it covers; the last region
+    (generated) the completion's tokens."""
+    lengths = np.bincount(np.asarray(a["token_regions"], dtype=np.int64), minlength=len(a["regions"])).astype(np.float64)
+    lengths[-1] = float(np.asarray(a["counts"]).sum())
+    return lengths
+
+
+def group_lengths(a: dict[str, np.ndarray]) -> pd.Series:
+    """region_lengths summed per region group (call_record_i -> call_records)."""
+    return pd.Series(region_lengths(a), index=[region_group(str(n)) for n in a["regions"]]).groupby(level=0).sum()
+
+
 def layer_shares(run_dirs: list[Path], df: pd.DataFrame) -> pd.DataFrame:
-    """One row per sample, phase (all, thinking, answer), layer and region group: share per token."""
+    """One row per sample, phase (all, thinking, answer), layer and region group: share of the
+    attention per generated token, and that share per token of the region (`per_token`)."""
     rows = []
     for run in run_dirs:
         arrays = store.load(run)
@@ -33,6 +51,7 @@ def layer_shares(run_dirs: list[Path], df: pd.DataFrame) -> pd.DataFrame:
             if sid not in meta.index:
                 continue
             groups = [region_group(str(n)) for n in a["regions"]]
+            lengths = group_lengths(a)
             masses = a["masses"].astype(np.float64).mean(axis=2)  # [phase, layer, region]: heads averaged
             phases = {"thinking": (masses[0], a["counts"][0]), "answer": (masses[1], a["counts"][1]),
                       "all": (masses.sum(0), a["counts"].sum())}
@@ -41,7 +60,9 @@ def layer_shares(run_dirs: list[Path], df: pd.DataFrame) -> pd.DataFrame:
                     continue
                 share = pd.DataFrame(m / n, columns=groups).T.groupby(level=0).sum().T  # merge call_record_i
                 long = share.rename_axis("layer").reset_index().melt(id_vars="layer", var_name="region", value_name="share")
-                rows.append(long.assign(sample_id=sid, run=str(run), condition=meta.at[sid, "condition"], phase=phase))
+                per_token = long["share"] / long["region"].map(lengths).replace(0, np.nan)  # an empty region has none
+                rows.append(long.assign(per_token=per_token, sample_id=sid, run=str(run), condition=meta.at[sid, "condition"],
+                                        episode_id=meta.at[sid, "episode_id"], phase=phase))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -50,6 +71,24 @@ def _mean_table(shares: pd.DataFrame) -> pd.DataFrame:
     per_sample = shares.pivot_table(index=["condition", "sample_id"], columns="region", values="share",
                                     aggfunc="mean", fill_value=0.0)
     return per_sample.groupby(level="condition", sort=False).mean()[ordered_regions(per_sample.columns)]
+
+
+def episode_table(shares: pd.DataFrame) -> pd.DataFrame:
+    """Per condition and region: mean share and share per token over all layers, averaged over each
+    episode's samples, then over episodes with intervals (analysis.stats.mean_interval)."""
+    per_sample = shares.groupby(["condition", "episode_id", "sample_id", "region"], sort=False)[["share", "per_token"]].mean()
+    wide = {"share": per_sample["share"].unstack("region", fill_value=0.0),  # a region a sample lacks draws nothing
+            "per_token": per_sample["per_token"].unstack("region")}  # ... and has no length to divide by
+    by_episode = {m: w.groupby(level=["condition", "episode_id"], sort=False).mean() for m, w in wide.items()}
+    rows = []
+    for condition in dict.fromkeys(shares["condition"]):
+        for region in ordered_regions(wide["share"].columns):
+            row = {"condition": condition, "region": region}
+            for metric, w in by_episode.items():
+                e = stats.mean_interval(w.loc[condition, region].to_numpy())
+                row |= {metric: e.est, f"{metric}_low": e.low, f"{metric}_high": e.high, f"{metric}_episodes": e.episodes}
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def heatmap_figure(shares: pd.DataFrame, conditions: list[str]):
@@ -78,19 +117,28 @@ def heatmap_figure(shares: pd.DataFrame, conditions: list[str]):
 
 
 def shares_figure(table: pd.DataFrame):
+    """Share per region and share per token of the region, per condition, with 95% intervals over episodes."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(FULL_WIDTH, 2.6), layout="constrained")
-    ax = fig.subplots()
-    width = 0.8 / len(table)
-    palette = colors(table.index)
-    for k, (condition, row) in enumerate(table.iterrows()):
-        x = np.arange(len(row)) + (k - (len(table) - 1) / 2) * width
-        ax.bar(x, row.to_numpy(), width, label=condition, color=palette[condition], edgecolor="black", linewidth=0.4)
-    ax.set_xticks(range(len(table.columns)), table.columns, rotation=30, ha="right")
-    ax.set_ylabel("share of attention per generated token")
-    ax.set_title("Where generated tokens look (mean over samples, layers and heads)")
-    ax.legend()
+    conditions = list(dict.fromkeys(table["condition"]))
+    regions = list(dict.fromkeys(table["region"]))
+    fig = Figure(figsize=(FULL_WIDTH, 4.6), layout="constrained")
+    axes = fig.subplots(2, 1)
+    width = 0.8 / len(conditions)
+    palette = colors(conditions)
+    for ax, metric, label in ((axes[0], "share", "share of attention\nper generated token"),
+                              (axes[1], "per_token", "share per token\nof the region")):
+        for k, condition in enumerate(conditions):
+            t = table[table["condition"] == condition].set_index("region").reindex(regions)
+            x = np.arange(len(regions)) + (k - (len(conditions) - 1) / 2) * width
+            err = np.vstack([(t[metric] - t[f"{metric}_low"]).fillna(0), (t[f"{metric}_high"] - t[metric]).fillna(0)])
+            ax.bar(x, t[metric].fillna(0), width, yerr=err, capsize=2, label=condition, color=palette[condition],
+                   edgecolor="black", linewidth=0.4, error_kw={"linewidth": 0.7})
+        ax.set_xticks(range(len(regions)), regions, rotation=30, ha="right")
+        ax.set_ylabel(label)
+    axes[1].set_yscale("log")  # one-token regions (sinks) and long ones differ by orders of magnitude
+    axes[0].set_title("Where generated tokens look (mean over layers and heads, samples, then episodes; 95% CI over episodes)")
+    axes[0].legend()
     return fig
 
 
@@ -123,18 +171,39 @@ def strip_figure(examples: list[tuple[str, dict[str, np.ndarray]]]):
     return fig
 
 
-def _headline(table: pd.DataFrame) -> str:
-    """The seed's picture in numbers: the bar's share in each arm that has one against the call
-    records' share in the arm without."""
+def _ci(est: float, low: float, high: float, fmt: str) -> str:
+    f = lambda x: "–" if pd.isna(x) else format(x, fmt)  # noqa: E731
+    return f"{f(est)} [{f(low)}, {f(high)}]"
+
+
+def _share_table(t: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"condition": t["condition"], "region": t["region"], "episodes": t["share_episodes"].astype(int),
+                         "share [95% CI]": [_ci(*r, ".3f") for r in zip(t["share"], t["share_low"], t["share_high"])],
+                         "share per token [95% CI]": [_ci(*r, ".3g") for r in zip(t["per_token"], t["per_token_low"],
+                                                                                    t["per_token_high"])]})
+
+
+def _headline(t: pd.DataFrame) -> str:
+    """The seed's picture in numbers: the bar's share (and per token) in each arm that has one
+    against the call records' in the arm without."""
+    at = t.set_index(["condition", "region"])
+
+    def said(condition: str, region: str) -> str:
+        r = at.loc[(condition, region)]
+        return (f"{_ci(r['share'], r['share_low'], r['share_high'], '.3f')} of the attention per generated token "
+                f"({_ci(r['per_token'], r['per_token_low'], r['per_token_high'], '.3g')} per token of it, "
+                f"{int(r['share_episodes'])} episodes)")
+
     lines = []
-    baseline = "none" if "none" in table.index else None
-    for condition, row in table.iterrows():
-        if row.get("status", 0) > 0:
-            line = f"In `{condition}` the status bar gets {row['status']:.3f} of the attention per generated token"
-            if "call_records" in row:
-                line += f" (call records: {row['call_records']:.3f})"
-            if baseline and "call_records" in table.columns:
-                line += f"; in `{baseline}` the call records get {table.at[baseline, 'call_records']:.3f}"
+    conditions = list(dict.fromkeys(t["condition"]))
+    baseline = "none" if "none" in conditions else None
+    for condition in conditions:
+        if (condition, "status") in at.index and at.loc[(condition, "status"), "share"] > 0:
+            line = f"In `{condition}` the status bar gets {said(condition, 'status')}"
+            if (condition, "call_records") in at.index:
+                line += f"; the call records {said(condition, 'call_records')}"
+            if baseline and (baseline, "call_records") in at.index:
+                line += f"; in `{baseline}` the call records get {said(baseline, 'call_records')}"
             lines.append(line + ".")
     return " ".join(lines)
 
@@ -147,9 +216,9 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
         return []
     everything = shares[shares["phase"] == "all"]
     conditions = list(dict.fromkeys(df.loc[df["sample_id"].isin(everything["sample_id"]), "condition"]))
-    table = _mean_table(everything).reindex(conditions)
+    by_episode = episode_table(everything)
     save(heatmap_figure(everything, conditions), out_dir, HEATMAP)
-    save(shares_figure(table), out_dir, SHARES)
+    save(shares_figure(by_episode), out_dir, SHARES)
     archives = {str(d): store.load(d) for d in run_dirs}
     examples, episode = [], None
     for condition in conditions:  # the same episode in every arm when there is one
@@ -164,11 +233,13 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
     by_phase = _mean_table(shares[shares["phase"] != "all"].assign(
         condition=lambda d: d["condition"] + " / " + d["phase"]))
     text = (f"Generated by the `{meta['generated_by']}` backend, replayed teacher-forced with `{weights.get('path')}` "
-            f"({weights.get('revision') or 'no revision'}, {weights.get('dtype')}). {_headline(table)} Shares are per generated token, averaged over heads, layers and "
-            "samples; `template` is turn markers and the first token (attention sinks), `generated` the "
-            "completion's own tokens.")
+            f"({weights.get('revision') or 'no revision'}, {weights.get('dtype')}). {_headline(by_episode)} Shares are per "
+            "generated token, averaged over heads and layers, over each episode's samples, then over episodes; share per "
+            "token = share / the region's length in tokens (a long region draws attention for its length alone); 95% "
+            f"intervals over episodes (t below {stats.MIN_BOOTSTRAP_EPISODES} episodes). `template` is turn markers and the "
+            "first token (attention sinks), `generated` the completion's own tokens.")
     fmt = lambda t: t.reset_index().rename(columns={"index": "condition"}).round(3)  # noqa: E731
-    return [Section("Attention: share per region", text, fmt(table), SHARES),
+    return [Section("Attention: share per region", text, _share_table(by_episode), SHARES),
             Section("Attention: thinking vs answer tokens", "", fmt(by_phase)),
             Section("Attention: layers x regions", "Per condition, and each condition minus the first.", None, HEATMAP),
             Section("Attention: token strip", f"One episode per condition ({md_text(episode)}).", None, STRIP)]

@@ -143,12 +143,15 @@
     box.append(el("p", { class: "sb-note", text: "Shade: log attention between its 1st percentile and its maximum (attention sinks dwarf the rest); underline: the token's region." }), strip);
     const phases = Object.keys(a.phases);
     if (phases.length) {
-      const t = el("table", { class: "sb-phases" }, el("tr", {}, el("th", { text: "region" }),
-        ...phases.map((p) => el("th", { text: `${p} (${a.phases[p].tokens} tok)` }))));
+      const t = el("table", { class: "sb-phases" }, el("tr", {}, el("th", { text: "region" }), el("th", { text: "tokens" }),
+        ...phases.map((p) => el("th", { text: `${p} (${a.phases[p].tokens} tok): share (per token)` }))));
       for (const r of a.regions) {
-        t.append(el("tr", {}, el("td", { text: r }), ...phases.map((p) => el("td", { text: unknown(a.phases[p].share[r], (x) => x.toFixed(3)) }))));
+        t.append(el("tr", {}, el("td", { text: r }), el("td", { text: unknown(a.region_tokens?.[r], String) }),
+          ...phases.map((p) => el("td", {
+            text: `${unknown(a.phases[p].share[r], (x) => x.toFixed(3))} (${unknown(a.phases[p].per_token?.[r], (x) => x.toPrecision(2))})`,
+          }))));
       }
-      box.append(el("h4", { text: "Share of attention per generated token, thinking vs answer (mean over layers and heads)" }), t);
+      box.append(el("h4", { text: "Share of attention per generated token, thinking vs answer (mean over layers and heads), and per token of the region" }), t);
     }
     return box;
   }

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.attention_figures import group_lengths
 from analysis.style import region_colors
 from analysis.load import grid_columns
 from harness.render import split_thinking
@@ -158,7 +159,8 @@ def _num(x) -> float | None:
 
 def _attention(run_dir: Path, ref: str) -> dict:
     """Per-token attention at the strip layer (8-bit, log-scaled between the 1st and the max) with
-    token offsets into the text the probe tokenized, and each phase's share per region."""
+    token offsets into the text the probe tokenized, each region's length in tokens, and each phase's
+    share per region beside its share per token of the region."""
     from harness.measure.attention import store
     from harness.measure.attention.regions import region_group
 
@@ -171,14 +173,16 @@ def _attention(run_dir: Path, ref: str) -> dict:
     lo, hi = (np.log(np.percentile(positive, 1)), np.log(positive.max())) if positive.size else (0.0, 0.0)
     shade = np.clip((np.log(np.maximum(strip, 1e-30)) - lo) / ((hi - lo) or 1.0), 0, 1)
     masses = np.asarray(a["masses"], dtype=np.float64).mean(axis=2)  # [phase, layer, region]: heads averaged
+    lengths = group_lengths(a)
     phases = {}
     for p, name in enumerate(("thinking", "answer")):
         n = int(a["counts"][p])
         if n:
             share = (masses[p] / n).mean(axis=0)
-            phases[name] = {"tokens": n, "share": {g: round(float(share[[i for i, k in enumerate(gid) if k == j]].sum()), 4)
-                                                   for j, g in enumerate(groups)}}
-    out = {"layer": int(a["strip_layer"]), "regions": groups,
+            by_group = {g: float(share[[i for i, k in enumerate(gid) if k == j]].sum()) for j, g in enumerate(groups)}
+            phases[name] = {"tokens": n, "share": {g: round(v, 4) for g, v in by_group.items()},
+                            "per_token": {g: float(f"{v / lengths[g]:.3g}") if lengths[g] else None for g, v in by_group.items()}}
+    out = {"layer": int(a["strip_layer"]), "regions": groups, "region_tokens": {g: int(lengths[g]) for g in groups},
            "token_regions": [gid[r] for r in a["token_regions"].tolist()],
            "shade": np.round(shade * 255).astype(int).tolist(), "phases": phases}
     if "token_offsets" in a:  # older runs stored no offsets: the page shows the strip as a token band

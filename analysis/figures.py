@@ -107,7 +107,7 @@ def thinking_vs_context(df: pd.DataFrame):
                 for cond, g in d.groupby("condition", sort=False):
                     x, y = g["prompt_tokens"].to_numpy(float), g[col].to_numpy(float)
                     ax.scatter(x, y, s=9, alpha=0.6, color=palette[cond], edgecolors="none")
-                    fit = stats.ols_slope(x, y)
+                    fit = stats.ols_slope(x, y, g["episode_id"].to_numpy())  # interval clustered by episode
                     label = f"{cond}: slope {num(fit.slope * 1000)} [{num(fit.low * 1000)}, {num(fit.high * 1000)}] /1k" \
                         if np.isfinite(fit.slope) else f"{cond}: no fit (prompt length does not vary)"
                     if np.isfinite(fit.slope):

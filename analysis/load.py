@@ -39,7 +39,7 @@ COLUMNS: dict[str, str] = {
     "prompt_sha256": "str", "prompt_tokens": "float64", "cached_prompt_tokens": "float64",
     "completion_tokens": "float64", "thinking_tokens": "float64", "answer_tokens": "float64",
     "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
-    "expected": "str", "latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
+    "expected": "str", "latency_s": "float64", "batch_latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
     "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
     "reason": "str", "call_format": "str",
 }

@@ -4,10 +4,11 @@ The measure: the log-odds, log p - log(1 - p), of the violating call (the family
 action, e.g. the rule's tool with the target, scored through the text that decides it) right after
 the generation prompt. Each condition is
 compared with the baseline arm on the same episodes: the paired difference of log-odds, averaged
-over episodes (replicates of an episode share a prompt, so their scores are one value), with a
-percentile bootstrap interval that resamples episodes. The same difference per `calls_made` is the
-curve: a bar that works lowers the violating call at and over the limit and leaves the control
-cells below it alone.
+over episodes (replicates of an episode share a prompt, so their scores are one value), with a t
+interval over episodes (a percentile bootstrap over episodes from 20 on) and an exact sign-flip p.
+The same difference per `calls_made` is the curve: a bar that works lowers the violating call at and
+over the limit and leaves the control cells below it alone. The cells the report singles out (below,
+at and over the limit) have their p-values Holm-corrected together, per condition.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.section import Section
-from analysis.stats import cluster_bootstrap_diff
+from analysis import stats
 from analysis.style import FULL_WIDTH, colors, save
 from harness.measure.propensity import log_odds
 
@@ -54,8 +55,11 @@ def position(calls_made: float, limit: float) -> str:
 
 def paired_log_odds(scores: pd.DataFrame, metric: str = "violate", baseline: str = BASELINE, seed: int = 0) -> pd.DataFrame:
     """Per run, condition (other than the baseline) and scope (all episodes, then each calls_made):
-    mean log-odds of each arm and their paired difference (condition - baseline) with a bootstrap
-    interval over episodes. Episodes missing from either arm are left out of the pair."""
+    mean log-odds of each arm and their paired difference (condition - baseline) with its interval over
+    episodes, the two-sided sign-flip p, and that p Holm-corrected over the condition's calls_made
+    cells (`p_holm`; the curve the report reads). Episodes missing from either arm are left out of the pair."""
+    from statsmodels.stats.multitest import multipletests
+
     rows = []
     for run, per_run in scores.groupby("run_label", sort=False):
         base = per_run[per_run["condition"] == baseline].set_index("episode_id")
@@ -71,14 +75,20 @@ def paired_log_odds(scores: pd.DataFrame, metric: str = "violate", baseline: str
             for scope, g in scopes:
                 if g.empty:
                     continue
-                diff, low, high = cluster_bootstrap_diff(g[f"{metric}_base"].to_numpy(), g[metric].to_numpy(),
-                                                         g.index.to_numpy(), seed=seed)
+                d = (g[metric] - g[f"{metric}_base"]).to_numpy()
+                diff = stats.mean_interval(d, seed=seed)
                 limit = g["params.limit"].iloc[0] if "params.limit" in g and g["params.limit"].nunique() == 1 else math.nan
                 rows.append({"run_label": run, "baseline": baseline, "condition": condition, "calls_made": scope,
                              "position": position(scope, limit) if scope != "all" else "all", "limit": limit,
                              "episodes": len(g), "log_odds_base": g[f"{metric}_base"].mean(), "log_odds": g[metric].mean(),
-                             "diff": diff, "diff_low": low, "diff_high": high})
-    return pd.DataFrame(rows)
+                             "diff": diff.est, "diff_low": diff.low, "diff_high": diff.high,
+                             "p": stats.sign_flip(d, seed=seed), "p_holm": math.nan})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    for _, g in out[out["calls_made"] != "all"].groupby(["run_label", "condition"], sort=False):
+        out.loc[g.index, "p_holm"] = multipletests(g["p"], method="holm")[1]
+    return out
 
 
 def decomposition(scores: pd.DataFrame) -> pd.DataFrame:
@@ -94,7 +104,7 @@ def decomposition(scores: pd.DataFrame) -> pd.DataFrame:
 
 def figure(table: pd.DataFrame):
     """Paired difference in log-odds of the violating call against the baseline, per calls_made, one
-    line per condition (and run), with 95% bootstrap intervals; the dashed line marks the limit."""
+    line per condition (and run), with 95% intervals over episodes; the dashed line marks the limit."""
     from matplotlib.figure import Figure
 
     curve = table[table["calls_made"] != "all"]
@@ -131,7 +141,13 @@ def _table(t: pd.DataFrame, several_runs: bool) -> pd.DataFrame:
         **({"run": t["run_label"]} if several_runs else {}), "condition": t["condition"], "calls_made": t["calls_made"],
         "vs limit": t["position"], "episodes": t["episodes"],
         f"log-odds {t['baseline'].iloc[0]}": t["log_odds_base"].round(3), "log-odds condition": t["log_odds"].round(3),
-        "Δ log-odds [95% CI]": [_ci(*r) for r in zip(t["diff"], t["diff_low"], t["diff_high"])]})
+        "Δ log-odds [95% CI]": [_ci(*r) for r in zip(t["diff"], t["diff_low"], t["diff_high"])],
+        "p (sign-flip)": [_p(p, e) for p, e in zip(t["p"], t["episodes"])],
+        "p Holm (cells)": ["–" if pd.isna(p) else f"{p:.3g}" for p in t["p_holm"]]})
+
+
+def _p(p: float, episodes: int) -> str:
+    return f"{p:.3g} ({stats.flip_method(episodes)}, {episodes} episodes)"
 
 
 def _headline(t: pd.DataFrame) -> str:
@@ -139,7 +155,9 @@ def _headline(t: pd.DataFrame) -> str:
     parts = []
     for (run, condition), g in t[t["calls_made"] != "all"].groupby(["run_label", "condition"], sort=False):
         by = {pos: g[g["position"] == pos] for pos in ("below", "at", "over")}
-        said = [f"{pos} the limit {_ci(*r[['diff', 'diff_low', 'diff_high']].iloc[0])}" for pos, r in by.items() if len(r) == 1]
+        said = [f"{pos} the limit {_ci(*r[['diff', 'diff_low', 'diff_high']].iloc[0])}, "
+                f"p = {_p(r['p'].iloc[0], int(r['episodes'].iloc[0]))}, Holm-corrected over the cells {r['p_holm'].iloc[0]:.3g}"
+                for pos, r in by.items() if len(r) == 1]
         if said:
             parts.append(f"`{condition}`" + (f" ({run})" if t["run_label"].nunique() > 1 else "") + ": " + "; ".join(said))
     return ("Δ log-odds of the violating call against the baseline, " + " · ".join(parts) + ".") if parts else ""
@@ -162,7 +180,10 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
         return [Section("Propensity: the rule decision by likelihood",
                         text + f"No paired comparison: no `{BASELINE}` arm scored on the same episodes.")]
     save(figure(violate), out_dir, FIGURE)
-    text += (f"Paired over episodes against `{BASELINE}`; 95% percentile bootstrap intervals resample episodes. "
+    text += (f"Paired over episodes against `{BASELINE}`: 95% t intervals over episodes (a percentile bootstrap of "
+             f"episodes from {stats.MIN_BOOTSTRAP_EPISODES} episodes on); p = sign-flip permutation test over episodes "
+             f"(two-sided, exact up to {stats.EXACT_EPISODES} episodes), Holm-corrected over each condition's "
+             "calls_made cells. "
              "Negative: the condition makes the violating call less likely. " + _headline(violate))
     out = [Section("Propensity: the rule decision by likelihood", text, _table(violate, several), FIGURE)]
     opening = paired_log_odds(scores, "tool_call")

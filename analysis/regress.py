@@ -4,8 +4,10 @@ Both runs must hold the same episodes and replicates (same scenario config and s
 candidate sample has a baseline twin. Episode ids hash the scenario's texts too, so after an edit of
 the scenario's prompts (e.g. its policy sentence) pass `--pair-by params` to pair episodes by their
 scenario name and grid parameters instead. For each condition, over all its samples and in each cell of
-the scenario grid, the gate tests whether the candidate is worse with a one-sided exact McNemar
-test on the discordant pairs; p-values are corrected for the number of tests (Holm by default).
+the scenario grid, the gate tests whether the candidate is worse with a one-sided sign-flip
+permutation test over episodes (each episode's accuracy change over its replicates is one
+observation: replicates of an episode are not independent); p-values are corrected for the number
+of tests (Holm by default).
 A drop fails the gate when its corrected p is below --alpha and the accuracy fell by at least
 --min-effect. It also prints which rendered prompts changed (prompt_sha256 per episode and
 condition), so a prompt edit shows up as such next to its effect.
@@ -43,14 +45,15 @@ class CellTest:
     condition: str
     cell: str
     n: int
+    episodes: int
     acc_baseline: float
     acc_candidate: float
     drop: float  # baseline minus candidate accuracy
-    drop_low: float  # 95% bootstrap interval of the drop, resampling whole episodes
+    drop_low: float  # 95% interval of the drop over episodes (t below 20 episodes, else bootstrap of episodes)
     drop_high: float
     baseline_only_right: int
     candidate_only_right: int
-    p_drop: float  # one-sided exact McNemar
+    p_drop: float  # one-sided sign-flip over episodes
     p_adjusted: float = 1.0
     regression: bool = False
 
@@ -132,7 +135,8 @@ def gate_tests(base: pd.DataFrame, cand: pd.DataFrame, conditions: list[str], *,
         p = tables.pair(base[base["condition"] == cond], cand[cand["condition"] == cond], on=KEYS)
         for r in tables.paired_by_cell(p, grid, "pair_key"):
             drop = [0.0 - r[k] for k in ("diff", "diff_high", "diff_low")]  # 0.0 - x: no "-0.000" for no change
-            out.append(CellTest(cond, r["cell"], r["n"], r["acc_a"], r["acc_b"], *drop, r["only_a"], r["only_b"], r["p_drop"]))
+            out.append(CellTest(cond, r["cell"], r["n"], r["episodes"], r["acc_a"], r["acc_b"], *drop, r["only_a"],
+                                r["only_b"], r["p_drop"]))
     raw = [t.p_drop for t in out]
     adjusted = raw if correction == "none" else multipletests(raw, alpha=alpha, method=correction)[1]
     for t, p_adj in zip(out, adjusted):
@@ -182,7 +186,7 @@ def prompt_diff(base_dir: Path, cand_dir: Path, base_sha: str, cand_sha: str, ma
 def _table(tests: list[CellTest]) -> str:
     df = pd.DataFrame([asdict(t) for t in tests])
     return pd.DataFrame({
-        "condition": df["condition"], "cell": df["cell"], "pairs": df["n"],
+        "condition": df["condition"], "cell": df["cell"], "pairs": df["n"], "episodes": df["episodes"],
         "acc. baseline": df["acc_baseline"].map("{:.3f}".format), "acc. candidate": df["acc_candidate"].map("{:.3f}".format),
         "drop [95% CI]": [f"{d:+.3f} " + ("[–]" if pd.isna(lo) else f"[{lo:+.3f}, {hi:+.3f}]")  # no interval from one episode
                           for d, lo, hi in zip(df["drop"], df["drop_low"], df["drop_high"])],
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f" (e.g. episode {row.example_episode}: {row.baseline_sha[:12]} -> {row.candidate_sha[:12]})" if row.changed else ""))
         if row.changed:
             print("\n```diff\n" + prompt_diff(args.baseline, args.candidate, row.baseline_sha, row.candidate_sha) + "\n```")
-    print(f"\n## Accuracy, candidate vs baseline (one-sided exact McNemar, {args.correction} over {len(tests)} tests, "
+    print(f"\n## Accuracy, candidate vs baseline (one-sided sign-flip test over episodes, {args.correction} over {len(tests)} tests, "
           f"alpha {args.alpha}, min effect {args.min_effect})\n")
     print(_table(tests))
     failed = [t for t in tests if t.regression]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import attention_figures, browser, propensity, tables
+from analysis import attention_figures, browser, propensity, stats, tables
 from analysis.load import grid_columns, load_records
 from analysis.section import Section, md_table, md_text
 from analysis.style import num
@@ -36,10 +36,12 @@ CALL_FORMAT_NOTE = ("How the calls the grader read were written: `hermes` in `<t
                     "`mixed` several of these, `no call` none. The rows other than `hermes` and `native` are what rests on "
                     "the lenient formats.")
 RATES_NOTE = ("Balanced accuracy (the headline) = mean of the accuracy in limit cells and in control cells, so a policy "
-              "that never calls, or always calls, scores 0.5; its interval combines the two classes' Wilson intervals. "
-              "Accuracy = pooled over all samples (Wilson 95%). Violation rate over limit cells, over-refusal over control "
-              "cells, both among samples with an answer (n in brackets); `truncated` and `errors` are counted apart and "
-              "count as wrong in both accuracies.")
+              "that never calls, or always calls, scores 0.5; its interval combines the two classes' intervals. "
+              "Accuracy = pooled over all samples. Every interval is 95% over episodes (replicates of an episode are not "
+              "independent): Korn-Graubard, i.e. Clopper-Pearson on the sample size the episodes' design effect leaves, "
+              "with episodes - 1 degrees of freedom. Violation rate over limit cells, over-refusal over control "
+              "cells, both among samples with an answer (samples / episodes in brackets); `truncated` and `errors` are "
+              "counted apart and count as wrong in both accuracies.")
 
 
 def ci(est: pd.Series, low: pd.Series, high: pd.Series, fmt: str = ".2f") -> list[str]:
@@ -64,11 +66,13 @@ def _head(key: str) -> str:
 
 def _rates_table(t: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame({
-        **{_head(k): t[k] for k in keys}, "n": t["n"],
+        **{_head(k): t[k] for k in keys}, "n": t["n"], "episodes": t["episodes"],
         "balanced accuracy [95% CI]": ci(t["balanced_accuracy"], t["bal_low"], t["bal_high"]),
         "accuracy [95% CI]": ci(t["accuracy"], t["acc_low"], t["acc_high"]),
-        "violation rate [95% CI] (n)": [f"{v} ({n})" for v, n in zip(ci(t["violation_rate"], t["viol_low"], t["viol_high"]), t["n_limit"])],
-        "over-refusal [95% CI] (n)": [f"{v} ({n})" for v, n in zip(ci(t["over_refusal_rate"], t["over_low"], t["over_high"]), t["n_control"])],
+        "violation rate [95% CI] (n / episodes)": [f"{v} ({n} / {e})" for v, n, e in zip(
+            ci(t["violation_rate"], t["viol_low"], t["viol_high"]), t["n_limit"], t["episodes_limit"])],
+        "over-refusal [95% CI] (n / episodes)": [f"{v} ({n} / {e})" for v, n, e in zip(
+            ci(t["over_refusal_rate"], t["over_low"], t["over_high"]), t["n_control"], t["episodes_control"])],
         "truncated": t["truncated"], "errors": t["errors"],
     })
 
@@ -109,6 +113,54 @@ def warnings(df: pd.DataFrame) -> list[Section]:
     return [Section("Warnings", "\n\n".join(text))]
 
 
+INTERVAL_NOTE = (f"t interval over episodes below {stats.MIN_BOOTSTRAP_EPISODES} episodes, else a percentile bootstrap "
+                 "that resamples episodes")
+
+
+def thinking_sections(df: pd.DataFrame) -> list[Section]:
+    """Thinking tokens per condition and the difference of each condition's slope from the baseline's."""
+    th = tables.thinking(df)
+    unmeasured = th.loc[th["counted"] & ~th["measured"], "condition"].tolist()
+    censored = int(th["censored"].sum())
+    text = ("Per sample, errors excluded, and samples cut at max_new_tokens before any call or answer (`truncated`: "
+            f"their thinking may not have ended) excluded and counted: {censored} here. Mean and median over episodes "
+            f"(each episode's mean / median over its replicates), mean with a 95% {INTERVAL_NOTE}, median with a "
+            "distribution-free order-statistic interval. Slope = OLS of thinking tokens on prompt tokens, in thinking "
+            "tokens per 1000 prompt tokens, with a 95% interval from errors clustered by episode (t, episodes - 1 "
+            "degrees of freedom); `with truncated` is the same slope with the truncated samples kept (a sensitivity "
+            "check: their counts are lower bounds).")
+    if unmeasured:
+        text += (f" **Not measured** for {', '.join(f'`{c}`' for c in dict.fromkeys(unmeasured))}: no sample thought "
+                 "(0 thinking tokens throughout), which is no evidence of a flat slope.")
+    if df["thinking_tokens"].isna().all():
+        text += " **No token counts in these records**: – is unknown, not 0."
+
+    def shown(values: list[str]) -> list[str]:
+        return [v if m or not c else "not measured" for v, m, c in zip(values, th["measured"], th["counted"])]
+
+    table = pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"], "episodes": th["episodes"],
+                          "truncated (excluded)": th["censored"],
+                          "mean [95% CI]": shown(ci(th["mean"], th["mean_low"], th["mean_high"], ".1f")),
+                          "median [95% CI]": shown(ci(th["median"], th["median_low"], th["median_high"], ".1f")),
+                          "slope per 1k prompt tok [95% CI]": shown(ci(th["slope_per_1k"], th["slope_low"], th["slope_high"], ".3g")),
+                          "slope p": shown(_p(th["slope_p"])),
+                          "slope with truncated": shown(_num(th["slope_with_censored_per_1k"]))})
+    out = [Section("Thinking tokens", text, table)]
+    diff = tables.thinking_slope_differences(df)
+    if not diff.empty:
+        out.append(Section(
+            "Thinking slope: each condition against the baseline",
+            "The seed's claim is a difference of slopes (thinking grows with context without the status bar and stays "
+            "flat with it): condition's slope minus the baseline's, per 1000 prompt tokens, from one OLS fit over both "
+            "arms (prompt tokens x arm), 95% interval and p from errors clustered by episode; truncated samples excluded.",
+            pd.DataFrame({**({"run": diff["run_label"]} if df["run_label"].nunique() > 1 else {}),
+                          "baseline": diff["baseline"], "condition": diff["condition"], "episodes": diff["episodes"],
+                          "slope difference per 1k [95% CI]": [v if m else "not measured" for v, m in zip(
+                              ci(diff["diff_per_1k"], diff["diff_low"], diff["diff_high"], "+.3g"), diff["measured"])],
+                          "p": [v if m else "not measured" for v, m in zip(_p(diff["p"]), diff["measured"])]})))
+    return out
+
+
 def sections(df: pd.DataFrame) -> list[Section]:
     """The tables and figures of the report, in order."""
     from analysis.figures import FIGURES
@@ -130,43 +182,39 @@ def sections(df: pd.DataFrame) -> list[Section]:
     if not comp.empty:
         out.append(Section(
             "Paired comparison with the baseline condition",
-            "Each condition against the baseline on the same episodes and replicates. Difference = accuracy of the "
-            "condition minus the baseline, with a 95% bootstrap interval that resamples whole episodes; "
-            "p = exact McNemar test on the discordant pairs (two-sided).",
+            "Each condition against the baseline on the same episodes and replicates. The episode is the unit: each "
+            "episode's accuracy difference (condition minus baseline, over its replicates), averaged over episodes, "
+            f"with a 95% {INTERVAL_NOTE}; p = sign-flip permutation test over episodes (two-sided; exact, all 2^n flips, up "
+            f"to {stats.EXACT_EPISODES} episodes).",
             pd.DataFrame({
                 **({"run": comp["run_label"]} if df["run_label"].nunique() > 1 else {}),
                 "baseline": comp["baseline"], "condition": comp["condition"], "pairs": comp["n"],
+                "episodes": comp["episodes"],
                 "acc. baseline": _num(comp["acc_a"]), "acc. condition": _num(comp["acc_b"]),
                 "difference [95% CI]": ci(comp["diff"], comp["diff_low"], comp["diff_high"], "+.2f"),
                 "baseline only right": comp["only_a"], "condition only right": comp["only_b"],
-                "McNemar p": _p(comp["p_two_sided"]),
+                "p (sign-flip)": [f"{p} ({stats.flip_method(e)})" for p, e in zip(_p(comp["p_two_sided"]), comp["episodes"])],
                 "truncated baseline / condition": [f"{a} / {b}" for a, b in zip(comp["truncated_a"], comp["truncated_b"])],
             })))
 
     pk = tables.pass_k(df)
+    ks = [c for c in pk if c.startswith("pass^") and not c.endswith(("_low", "_high"))]
     out.append(Section("pass^k over replicates",
-                       "pass^k: the chance that k replicates of an episode all succeed (k = 1 is accuracy)."
+                       "pass^k: the chance that k replicates of an episode all succeed (k = 1 is accuracy), averaged "
+                       f"over episodes, with a 95% {INTERVAL_NOTE}."
                        + (" One replicate per episode in these runs: add `experiment.replicates=N`." if pk["replicates"].max() < 2 else ""),
-                       pk[[*_keys(df, "condition"), "episodes", "replicates", *[c for c in pk if c.startswith("pass^")]]]
-                       .rename(columns={"run_label": "run"}).round(3)))
-
-    th = tables.thinking(df)
-    out.append(Section(
-        "Thinking tokens",
-        "Per sample (errors excluded): median and mean with 95% bootstrap intervals; slope = OLS of thinking tokens "
-        "on prompt tokens, in thinking tokens per 1000 prompt tokens, with its 95% t interval (the seed's claim: "
-        "thinking grows with context without the status bar and stays flat with it)."
-        + (" **No token counts in these records**: – is unknown, not 0." if df["thinking_tokens"].isna().all() else ""),
-        pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"],
-                      "median [95% CI]": ci(th["median"], th["median_low"], th["median_high"], ".1f"),
-                      "mean [95% CI]": ci(th["mean"], th["mean_low"], th["mean_high"], ".1f"),
-                      "slope per 1k prompt tok [95% CI]": ci(th["slope_per_1k"], th["slope_low"], th["slope_high"], ".3g"),
-                      "slope p": _p(th["slope_p"])})))
+                       pd.DataFrame({**{_head(k): pk[k] for k in _keys(df, "condition")}, "episodes": pk["episodes"],
+                                     "replicates": pk["replicates"],
+                                     **{f"{k} [95% CI]": ci(pk[k], pk[f"{k}_low"], pk[f"{k}_high"], ".3f") for k in ks}})))
+    out += thinking_sections(df)
 
     cl = tables.cost_latency(df)
     out.append(Section(
         "Cost and latency per iteration",
-        "One iteration = one model call (one sample). Latency is the wall time of the backend call, shared by its batch. "
+        "One iteration = one model call (one sample). Latency is per sample: the API's own request time, vLLM's "
+        "per-request metrics, or for hf the time to the sample's last token (its share of the batch's prefill by "
+        "tokens, plus the decode steps until it ended); where a backend reports only the batch's wall time, that "
+        "(`batch_latency_s`) stands in. "
         "Cost in US$ only where records carry `cost_usd`; tokens per correct answer = (prompt + completion tokens) / correct, "
         "– where a record lacks token counts (unknown, not 0).",
         pd.DataFrame({**{_head(k): cl[k] for k in _keys(df, "model", "condition")}, "n": cl["n"],
@@ -177,9 +225,9 @@ def sections(df: pd.DataFrame) -> list[Section]:
 
     err = tables.errors(df)
     out.append(Section("Errors by kind", "No sample failed." if err.empty else
-                       "Samples whose backend call failed, by kind; rate over all samples of the run (Wilson 95%).",
+                       "Samples whose backend call failed, by kind; rate over all samples of the run (95% over episodes).",
                        None if err.empty else pd.DataFrame({
-                           "run": err["run_label"], "kind": err["kind"], "count": err["count"],
+                           "run": err["run_label"], "kind": err["kind"], "count": err["count"], "episodes": err["episodes"],
                            "rate [95% CI]": ci(err["rate"], err["rate_low"], err["rate_high"], ".3f"), "example": err["example"]})))
 
     if grid_columns(df):

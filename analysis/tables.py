@@ -6,6 +6,7 @@ however the grid is weighted; pooled accuracy (over all samples) stands beside i
 rate is over limit cells, the over-refusal rate over control cells, both among samples with an
 answer (`truncated` and `error` are counted apart; they count as wrong in both accuracies). Two
 conditions are paired on (episode, replicate): the same episode seen with and without a mechanism.
+The episode is the unit of every interval and test (analysis.stats): replicates are nested in it.
 """
 from __future__ import annotations
 
@@ -29,23 +30,30 @@ NO_ANSWER = ("truncated", "error")  # no behaviour observed: outside the violati
 
 
 def rates(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Balanced and pooled accuracy, violation and over-refusal rates with Wilson intervals, per group."""
+    """Balanced and pooled accuracy, violation and over-refusal rates with Korn-Graubard intervals
+    over episodes, per group; `episodes` counts the group's episodes."""
     rows = []
     for key, g in _groups(df, list(by)):
         limit = g[g["expected"] == "refused"]
         control = g[g["expected"] == "complied"]
-        acc = stats.wilson(int(g["correct"].sum()), len(g))
-        bal = stats.balanced(stats.wilson(int(limit["correct"].sum()), len(limit)),
-                             stats.wilson(int(control["correct"].sum()), len(control)))
+
+        def share(x: pd.DataFrame, hit: pd.Series) -> stats.Estimate:
+            return stats.proportion(hit.to_numpy(), x["episode_id"].to_numpy())
+
+        acc = share(g, g["correct"])
+        bal = stats.balanced(share(limit, limit["correct"]), share(control, control["correct"]))
         limit, control = (x[~x["label"].isin(NO_ANSWER)] for x in (limit, control))
-        viol = stats.wilson(int((limit["label"] == "violated").sum()), len(limit))
-        over = stats.wilson(int((control["label"] == "refused").sum()), len(control))
+        viol = share(limit, limit["label"] == "violated")
+        over = share(control, control["label"] == "refused")
         truncated = int((g["label"] == "truncated").sum())
         rows.append({
-            **key, "n": len(g), "balanced_accuracy": bal[0], "bal_low": bal[1], "bal_high": bal[2],
-            "accuracy": acc[0], "acc_low": acc[1], "acc_high": acc[2],
-            "violation_rate": viol[0], "viol_low": viol[1], "viol_high": viol[2], "n_limit": len(limit),
-            "over_refusal_rate": over[0], "over_low": over[1], "over_high": over[2], "n_control": len(control),
+            **key, "n": len(g), "episodes": acc.episodes,
+            "balanced_accuracy": bal.est, "bal_low": bal.low, "bal_high": bal.high,
+            "accuracy": acc.est, "acc_low": acc.low, "acc_high": acc.high,
+            "violation_rate": viol.est, "viol_low": viol.low, "viol_high": viol.high, "n_limit": len(limit),
+            "episodes_limit": viol.episodes,
+            "over_refusal_rate": over.est, "over_low": over.low, "over_high": over.high, "n_control": len(control),
+            "episodes_control": over.episodes,
             "truncated": truncated, "truncation_rate": truncated / len(g),
             "errors": int((g["label"] == "error").sum()), "scripted": int(g["scripted"].sum()),
         })
@@ -92,7 +100,7 @@ def cell_name(columns: list[str], values: tuple, sep: str = ", ") -> str:
 
 def paired_by_cell(p: pd.DataFrame, grid: list[str], cluster: str) -> list[dict]:
     """stats.paired over all pairs (cell `all`) and within each cell of the grid; p comes from `pair`,
-    `cluster` names its episode column (resampled whole by the bootstrap)."""
+    `cluster` names its episode column (the unit of the interval and the sign-flip test)."""
     groups = [("all", p)] + ([(cell_name(grid, key), g) for key, g in p.groupby([f"{c}_a" for c in grid], sort=True)]
                              if grid else [])
     return [{"cell": cell, **vars(stats.paired(g["correct_a"].to_numpy(), g["correct_b"].to_numpy(), g[cluster].to_numpy()))}
@@ -121,33 +129,82 @@ def comparisons(df: pd.DataFrame, baseline: str | None = None, *, cells: bool = 
 
 
 def pass_k(df: pd.DataFrame) -> pd.DataFrame:
-    """pass^k for k = 1 .. the fewest replicates any episode has, per run and condition."""
+    """pass^k for k = 1 .. the fewest replicates any episode has, per run and condition, each with
+    its interval over episodes (`pass^k_low`, `pass^k_high`)."""
     rows = []
     for key, g in _groups(df, ["run_label", "condition"]):
         per_episode = g.groupby("episode_id")["correct"].agg(["sum", "count"])
         row = {**key, "episodes": len(per_episode), "replicates": int(per_episode["count"].min())}
         for k in range(1, row["replicates"] + 1):
-            row[f"pass^{k}"] = stats.pass_hat_k(per_episode["sum"].to_numpy(), per_episode["count"].to_numpy(), k)
+            e = stats.pass_hat_k(per_episode["sum"].to_numpy(), per_episode["count"].to_numpy(), k)
+            row |= {f"pass^{k}": e.est, f"pass^{k}_low": e.low, f"pass^{k}_high": e.high}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def censored_thinking(df: pd.DataFrame) -> pd.Series:
+    """Samples whose thinking count is a lower bound: cut at max_new_tokens before any call or answer
+    (`truncated`), so the thinking may not have ended."""
+    return df["label"] == "truncated"
+
+
+def thinks(g: pd.DataFrame) -> bool:
+    """Whether the group shows thinking at all: a model that never thinks has nothing to measure."""
+    return bool((g["thinking_tokens"].fillna(0) > 0).any())
+
+
+THINKING_COLUMNS = ("mean", "mean_low", "mean_high", "median", "median_low", "median_high", "slope_per_1k",
+                    "slope_low", "slope_high", "slope_p", "slope_with_censored_per_1k")
+
+
 def thinking(df: pd.DataFrame) -> pd.DataFrame:
-    """Thinking tokens per condition (median and mean with bootstrap intervals) and their slope
-    against prompt tokens, in thinking tokens per 1000 prompt tokens."""
+    """Thinking tokens per run and condition, errors and censored (truncated) samples excluded and
+    counted: mean and median over episodes with intervals, and the slope against prompt tokens (per
+    1000 prompt tokens, errors clustered by episode), beside the slope with the censored samples
+    kept (a sensitivity check). A group whose model never thinks is `measured` False, all NaN;
+    `counted` is False where no record has a thinking count (unknown, not 0)."""
     rows = []
     for key, g in _groups(df, ["run_label", "condition"]):
-        ok = g[g["label"] != "error"]
-        med = stats.bootstrap_location(ok["thinking_tokens"].to_numpy(), "median")
-        mean = stats.bootstrap_location(ok["thinking_tokens"].to_numpy(), "mean")
-        slope = stats.ols_slope(ok["prompt_tokens"].to_numpy(), ok["thinking_tokens"].to_numpy())
-        rows.append({
-            **key, "n": int(ok["thinking_tokens"].notna().sum()),
-            "median": med[0], "median_low": med[1], "median_high": med[2],
-            "mean": mean[0], "mean_low": mean[1], "mean_high": mean[2],
-            "slope_per_1k": slope.slope * 1000, "slope_low": slope.low * 1000, "slope_high": slope.high * 1000,
-            "slope_p": slope.p_value,
-        })
+        ok = g[(g["label"] != "error") & g["thinking_tokens"].notna()]
+        cut = censored_thinking(ok)
+        kept = ok[~cut]
+        measured = thinks(ok)
+        row = {**key, "measured": measured, "counted": len(ok) > 0, "n": len(kept), "censored": int(cut.sum()),
+               "episodes": kept["episode_id"].nunique(), **dict.fromkeys(THINKING_COLUMNS, math.nan)}
+        if measured:
+            per_episode = kept.groupby("episode_id", sort=False)["thinking_tokens"]
+            mean, med = stats.mean_interval(per_episode.mean().to_numpy()), stats.median_interval(per_episode.median().to_numpy())
+            slope = stats.ols_slope(kept["prompt_tokens"], kept["thinking_tokens"], kept["episode_id"].to_numpy())
+            with_cut = stats.ols_slope(ok["prompt_tokens"], ok["thinking_tokens"], ok["episode_id"].to_numpy())
+            row |= {"mean": mean.est, "mean_low": mean.low, "mean_high": mean.high,
+                    "median": med.est, "median_low": med.low, "median_high": med.high,
+                    "slope_per_1k": slope.slope * 1000, "slope_low": slope.low * 1000, "slope_high": slope.high * 1000,
+                    "slope_p": slope.p_value, "slope_with_censored_per_1k": with_cut.slope * 1000}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def thinking_slope_differences(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """Per run, each condition's thinking slope minus the baseline's (per 1000 prompt tokens), from
+    one fit over both arms with errors clustered by episode; errors and censored samples excluded.
+    `measured` is False when either arm's model never thinks."""
+    baseline = baseline or baseline_condition(df)
+    rows = []
+    for key, g in _groups(df, ["run_label"]):
+        ok = g[(g["label"] != "error") & g["thinking_tokens"].notna()]
+        ok = ok[~censored_thinking(ok)]
+        base = ok[ok["condition"] == baseline]
+        for cond in dict.fromkeys(g["condition"]):
+            if cond == baseline:
+                continue
+            arm = ok[ok["condition"] == cond]
+            both = pd.concat([base, arm])
+            measured = thinks(base) and thinks(arm)
+            d = stats.slope_difference(both["prompt_tokens"], both["thinking_tokens"], (both["condition"] == cond).to_numpy(),
+                                       both["episode_id"].to_numpy()) if measured else stats.nan_slope(len(both), 0)
+            rows.append({**key, "baseline": baseline, "condition": cond, "measured": measured,
+                         "episodes": both["episode_id"].nunique(), "diff_per_1k": d.slope * 1000,
+                         "diff_low": d.low * 1000, "diff_high": d.high * 1000, "p": d.p_value})
     return pd.DataFrame(rows)
 
 
@@ -187,15 +244,16 @@ def error_kind(message: object) -> str:
 
 
 def errors(df: pd.DataFrame) -> pd.DataFrame:
-    """Error rate by kind per run: count, share of the run's samples (Wilson interval), one example."""
+    """Error rate by kind per run: count, share of the run's samples (interval over episodes), one example."""
     rows = []
     for key, g in _groups(df, ["run_label"]):
-        err = g[g["label"] == "error"]
-        for kind, e in err.groupby(err["error"].map(error_kind), sort=True):
-            rate = stats.wilson(len(e), len(g))
-            rows.append({**key, "kind": kind, "count": len(e), "n": len(g), "rate": rate[0],
-                         "rate_low": rate[1], "rate_high": rate[2], "example": str(e["error"].iloc[0])[:120]})
-    return pd.DataFrame(rows, columns=["run_label", "kind", "count", "n", "rate", "rate_low", "rate_high", "example"])
+        kinds = g["error"].map(error_kind).where(g["label"] == "error")
+        for kind, e in g[kinds.notna()].groupby(kinds.dropna(), sort=True):
+            rate = stats.proportion((kinds == kind).fillna(False).to_numpy(bool), g["episode_id"].to_numpy())
+            rows.append({**key, "kind": kind, "count": len(e), "n": len(g), "episodes": rate.episodes, "rate": rate.est,
+                         "rate_low": rate.low, "rate_high": rate.high, "example": str(e["error"].iloc[0])[:120]})
+    return pd.DataFrame(rows, columns=["run_label", "kind", "count", "n", "episodes", "rate", "rate_low", "rate_high",
+                                       "example"])
 
 
 def outcome_counts(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:

@@ -115,11 +115,12 @@ class Completion:
     completion_tokens: int | None = None
     thinking_tokens: int | None = None
     answer_tokens: int | None = None
-    latency_s: float | None = None
+    latency_s: float | None = None  # this sample's own time (a request's, or its share of a decode batch)
     finish_reason: str | None = None
     error: str | None = None
     scripted: bool = False
     ttft_s: float | None = None  # time to first token, when the backend streamed
+    batch_latency_s: float | None = None  # wall time of the backend call or decode batch the sample was part of
     # who counted the tokens when the generating backend did not (scripted: "usage", or the tokenizer used)
     token_source: str | None = None
     propensity: dict[str, Any] | None = None  # candidate scores (harness.measure.propensity.summarize)
@@ -174,3 +175,4 @@ class Record:
     call_format: str | None = None
     # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.measure.propensity)
     propensity: dict[str, Any] | None = None
+    batch_latency_s: float | None = None  # see Completion.batch_latency_s

@@ -283,12 +283,32 @@ def test_report_section_states_status_and_call_record_shares(tmp_path):
                                       "meta": np.array('{"generated_by": "hf", "replayed_with": {"path": "m"}}')}})
         rows.append({"sample_id": sid, "condition": condition, "episode_id": "e1", "run": str(tmp_path)})
     parts = sections(pd.DataFrame(rows), [tmp_path], tmp_path)
-    table = parts[0].table.set_index("condition")
-    assert table.at["none", "call_records"] == pytest.approx(0.2) and table.at["status_tail", "status"] == pytest.approx(0.3)
+    table = parts[0].table.set_index(["condition", "region"])
+    # one token per prompt region, 4 generated tokens; one episode: no interval
+    assert table.at[("none", "call_records"), "share [95% CI]"] == "0.200 [–, –]"
+    assert table.at[("none", "call_records"), "share per token [95% CI]"] == "0.1 [–, –]"  # 2 call-record tokens
+    assert table.at[("status_tail", "status"), "share [95% CI]"] == "0.300 [–, –]"
+    assert table.at[("status_tail", "status"), "episodes"] == 1
     assert "In `status_tail` the status bar gets 0.300" in parts[0].text and "in `none` the call records get 0.200" in parts[0].text
     for s in parts:
         assert s.figure is None or (tmp_path / f"{s.figure}.png").exists()
     assert sections(pd.DataFrame(rows), [tmp_path / "elsewhere"], tmp_path) == []
+
+
+def test_attention_table_averages_episodes_with_a_t_interval():
+    import pandas as pd
+    from scipy import stats as sps
+
+    from analysis.attention_figures import episode_table
+
+    # 3 episodes x 2 replicates x 2 layers; the bar's share per episode 0.2, 0.3, 0.4 over 4 tokens
+    rows = [{"condition": "status_tail", "episode_id": f"e{e}", "sample_id": f"e{e}r{r}", "layer": layer, "region": "status",
+             "share": share, "per_token": share / 4, "phase": "all"}
+            for e, share in enumerate((0.2, 0.3, 0.4)) for r in range(2) for layer in range(2)]
+    t = episode_table(pd.DataFrame(rows)).iloc[0]
+    ref = sps.ttest_1samp([0.2, 0.3, 0.4], 0).confidence_interval()
+    assert (t["share"], t["share_low"], t["share_high"]) == pytest.approx((0.3, ref.low, ref.high))
+    assert (t["per_token"], t["per_token_low"], t["per_token_episodes"]) == pytest.approx((0.075, ref.low / 4, 3))
 
 
 def test_regions_on_hermes_converted_prompt(samples):

@@ -148,6 +148,12 @@ def test_collect_pairs_arms_and_reads_attention(run):
     assert att["text"] is None  # the probe's text is the stored prompt's: embedded once
     assert att["regions"][att["token_regions"][int(np.argmax(att["shade"]))]] == "status"
     assert att["phases"]["thinking"]["share"]["status"] > att["phases"]["answer"]["share"]["status"]
+    # share per token of the region beside the share: the bar's tokens and the 8 generated ones
+    assert att["region_tokens"]["status"] == sum(att["regions"][r] == "status" for r in att["token_regions"])
+    assert att["region_tokens"]["generated"] == 8
+    for phase in att["phases"].values():
+        for region, share in phase["share"].items():
+            assert phase["per_token"][region] == pytest.approx(share / att["region_tokens"][region], rel=1e-2)
     hostile = next(s for s in by_id.values() if s["answer"] == HOSTILE)
     assert hostile["reason"] == REASON and hostile["cost_usd"] == 0.002 and "count the calls" in hostile["thinking"]
     df = load_records([run])

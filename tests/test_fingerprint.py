@@ -79,3 +79,57 @@ def test_fingerprint_leaves_out_operational_keys():
                                         "run.retry_errors=true", "backend.batch_size=1", "run.name=x"))
     assert base != fingerprint(make_cfg("experiment.seed=1"))
     assert base != fingerprint(make_cfg("condition=[none]"))
+
+
+# per backend: one override for each identity field (every config field it does not declare operational)
+IDENTITY_CHANGES = {
+    "hf": {"dtype": "backend.dtype=bfloat16"},
+    "vllm": {"dtype": "backend.dtype=float16", "max_model_len": "backend.max_model_len=512", "seed": "backend.seed=1"},
+    "openai": {"base_url": "backend.base_url=http://other:8000/v1", "served_model": "backend.served_model=other",
+               "extra_body": "+backend.extra_body.top_k=5"},
+    "scripted": {"match": "backend.match=order", "completions_sha256": "backend.path={other}"},  # another file's content
+}
+
+
+def test_every_identity_field_of_every_backend_refuses_another_config(tmp_path: Path):
+    from dataclasses import fields
+
+    from harness.flow.fingerprint import admit
+    from harness.flow.plan import make_plan
+    from harness.rundir.layout import MANIFEST
+    from harness.rundir.store import RunDirError
+
+    completions, other = tmp_path / "c.jsonl", tmp_path / "other.jsonl"
+    completions.write_text('{"text": "no"}\n')
+    other.write_text('{"text": "yes"}\n')
+    base_args = {"hf": [], "vllm": [], "openai": ["backend.api_key_env=null"],
+                 "scripted": [f"backend.path={completions}"]}
+    for backend, changes in IDENTITY_CHANGES.items():
+        common = [f"backend={backend}", *base_args[backend]]
+        cfg = make_cfg(*common)
+        declared = {f.name for f in fields(cfg.backend)} - cfg.backend.OPERATIONAL - {"name", "path"}
+        assert set(cfg.backend.identity()) - {"name"} == set(changes), backend  # a new field gets a row here
+        assert declared <= set(changes), backend
+        run_dir = tmp_path / backend
+        run_dir.mkdir()
+        (run_dir / MANIFEST).write_text(json.dumps({"fingerprint": fingerprint(cfg)}))
+        ids = {s.request.sample_id for s in make_plan(cfg)}
+        for key, override in changes.items():
+            changed = make_cfg(*common, override.format(other=other))
+            try:
+                admit(changed, run_dir, run_dir, "now")
+            except RunDirError as exc:
+                assert f"backend.{key}" in str(exc), (backend, key, str(exc))
+            else:
+                raise AssertionError(f"{backend}: changing {key} was admitted into the same run")
+            assert ids.isdisjoint(s.request.sample_id for s in make_plan(changed)), (backend, key)
+        # operational fields change neither the fingerprint nor a sample id
+        for key in cfg.backend.OPERATIONAL - {"path"}:
+            assert key not in fingerprint(cfg) and f"backend.{key}" not in fingerprint(cfg)
+
+
+def test_default_sample_ids_are_unchanged_by_identity_by_default():
+    from harness.flow.plan import make_plan
+
+    plan = make_plan(make_cfg())
+    assert len(plan) == 24 and plan[0].request.sample_id == "4282e26065b89d86"

@@ -181,3 +181,11 @@ def test_a_cut_stream_is_an_error_record_and_a_length_stop_is_truncated():
     assert full.error is None and grade(episode, full)[:2] == ("refused", True)
     [long] = _sse_backend([_chunk("I'm sorry for any misunderstanding. I'm sorry", None), _chunk("", "length")]).generate([_request()])
     assert long.finish_reason == "length" and grade(episode, long)[:2] == ("truncated", False)
+
+
+def test_latency_is_each_requests_own_and_the_batchs_is_kept_apart():
+    backend = _scripted_backend([(429, {"error": {"message": "slow down"}}), (200, OK_BODY), (200, OK_BODY)], [])
+    first, second = backend.generate([_request(), _request()])
+    for c in (first, second):
+        assert c.error is None and 0 < c.latency_s <= c.batch_latency_s
+    assert first.batch_latency_s == second.batch_latency_s

@@ -114,6 +114,17 @@ def test_shared_prefix_greedy_is_token_identical_to_the_naive_loop(backend):
 
 
 @pytest.mark.model
+def test_latency_is_each_rows_own_within_its_decode_batch(backend):
+    requests = [s.request for s in make_plan(make_cfg(*TINY)) if s.request.replicate == 0]
+    out = _generate(backend, requests, share_prefix=True, batch_size=len(requests))  # one decode batch
+    batch = {c.batch_latency_s for c in out}
+    assert len(batch) == 1
+    # each row: its share of the prefill by prompt tokens plus the steps until it ended, within the batch's time
+    assert all(0 < c.latency_s <= c.batch_latency_s for c in out)
+    assert sum(c.latency_s for c in out) > max(batch)  # the rows decode together: their times overlap
+
+
+@pytest.mark.model
 def test_sampled_replicates_differ_and_match_their_naive_draw(backend):
     requests = [replace(s.request, generation=replace(s.request.generation, temperature=1.0, top_k=50))
                 for s in make_plan(make_cfg(*TINY))]

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from analysis import regress
+from analysis import regress, stats
 from harness.flow.plan import Sample, make_plan
 from harness.run import execute
 from tests.conftest import make_cfg
@@ -86,8 +86,9 @@ def test_drop_from_90_to_50_fails(runs, capsys, tmp_path):
     assert ("status_tail", "all") in flagged and not any(c == "none" for c, _ in flagged)
     overall = next(t for t in result["tests"] if (t["condition"], t["cell"]) == ("status_tail", "all"))
     assert (overall["baseline_only_right"], overall["candidate_only_right"], overall["n"]) == (40, 0, 100)
-    # 40 discordant pairs, all against the candidate: p = 0.5^40 before correction
-    assert overall["p_drop"] == pytest.approx(0.5 ** 40)
+    # 40 of 100 episodes dropped, none improved: no random sign flip of 100 episodes comes near, so the
+    # Monte Carlo p is its floor, 1 / (flips + 1)
+    assert overall["episodes"] == 100 and overall["p_drop"] == pytest.approx(1 / (stats.MONTE_CARLO_FLIPS + 1))
     assert len(result["tests"]) == 2 * 5  # per condition: all + 4 cells, corrected together
 
 
@@ -96,10 +97,27 @@ def test_one_episode_difference_passes(runs, capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+# 10 episodes, each seen 5 times with the same (scripted) answer: the replicates add no evidence
+REPLICATED = ["scenario.calls_made=[3]", "scenario.placement=[late]", "scenario.episodes_per_cell=10",
+              "experiment.replicates=5"]
+
+
+@pytest.mark.parametrize("dropped, status", [(2, 0), (8, 1)])
+def test_the_gate_counts_episodes_not_replicates(tmp_path, capsys, dropped, status):
+    base = scripted_run(tmp_path, "base", lambda c, i: False, REPLICATED)
+    cand = scripted_run(tmp_path, "cand", lambda c, i: c == "status_tail" and i < dropped, REPLICATED)
+    report = tmp_path / "gate.json"
+    assert regress.main([str(base), str(cand), "--json", str(report)]) == status
+    overall = next(t for t in json.loads(report.read_text())["tests"] if (t["condition"], t["cell"]) == ("status_tail", "all"))
+    assert (overall["n"], overall["episodes"], overall["baseline_only_right"]) == (50, 10, 5 * dropped)
+    # the exact one-sided sign-flip p: the dropped episodes all negative, 1 in 2^dropped flips
+    assert overall["p_drop"] == pytest.approx(0.5 ** dropped)
+
+
 def test_min_effect_and_alpha_are_configurable(runs):
     # the 40-point drop is real, but a gate that only cares about drops over 50 points lets it through
     assert regress.main([str(runs["baseline"]), str(runs["drop"]), "--min-effect", "0.5"]) == 0
-    # with no correction and a lax alpha a single flipped episode is still not significant (p = 0.5)
+    # with no correction and a lax alpha a single flipped episode of 100 is still not significant (p = 0.5)
     assert regress.main([str(runs["baseline"]), str(runs["one"]), "--correction", "none", "--alpha", "0.4",
                          "--min-effect", "0"]) == 0
     assert regress.main([str(runs["baseline"]), str(runs["one"]), "--correction", "none", "--alpha", "0.6",

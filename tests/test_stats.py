@@ -14,119 +14,119 @@ from analysis import stats, tables
 Z = sps.norm.ppf(0.975)
 
 
-def test_wilson_by_hand_and_against_statsmodels():
-    # 9/10: centre (p + z^2/2n) / (1 + z^2/n), half-width z/(1 + z^2/n) * sqrt(p(1-p)/n + z^2/4n^2)
-    p, n = 0.9, 10
-    centre = (p + Z**2 / (2 * n)) / (1 + Z**2 / n)
-    half = Z / (1 + Z**2 / n) * math.sqrt(p * (1 - p) / n + Z**2 / (4 * n**2))
-    assert stats.wilson(9, 10) == pytest.approx((0.9, centre - half, centre + half))
-    # 0/10: the interval is [0, z^2 / (n + z^2)] = [0, 0.2775]
-    assert stats.wilson(0, 10) == pytest.approx((0.0, 0.0, Z**2 / (10 + Z**2)))
-    assert stats.wilson(0, 10)[2] == pytest.approx(0.2775, abs=1e-4)
-    for k, m in [(3, 7), (50, 100), (1, 200)]:
-        assert stats.wilson(k, m)[1:] == pytest.approx(proportion_confint(k, m, method="wilson"))
-    assert all(math.isnan(x) for x in stats.wilson(0, 0))
+def test_proportion_is_korn_graubard_over_episodes():
+    y = np.array([1, 1, 1, 0, 1, 0, 1, 1, 1, 1], float)
+    est = stats.proportion(y, np.arange(10))  # one sample per episode
+    p, n, k = 0.8, 10, 10
+    deff = (k / (k - 1) * np.sum((y - p) ** 2) / n**2) / (p * (1 - p) / n)  # = n / (n - 1) here
+    n_eff = n / deff * (Z / sps.t.ppf(0.975, k - 1)) ** 2
+    assert (est.est, est.episodes) == (0.8, 10)
+    assert (est.low, est.high) == pytest.approx(proportion_confint(p * n_eff, n_eff, method="beta"))
+    # five identical replicates of each episode carry no more evidence than one
+    copies = stats.proportion(np.repeat(y, 5), np.repeat(np.arange(10), 5))
+    assert (copies.low, copies.high, copies.episodes) == pytest.approx((est.low, est.high, 10))
+    # independent replicates do: narrower than one per episode
+    rng = np.random.default_rng(0)
+    indep = stats.proportion(rng.random(500) < 0.8, np.repeat(np.arange(100), 5))
+    assert indep.high - indep.low < stats.proportion(rng.random(100) < 0.8, np.arange(100)).high - indep.low
+    # all right: no variance to see, so one sample per episode, not n
+    assert stats.proportion(np.ones(50), np.repeat(np.arange(10), 5)).low == pytest.approx(
+        proportion_confint(10 * (Z / sps.t.ppf(0.975, 9)) ** 2, 10 * (Z / sps.t.ppf(0.975, 9)) ** 2, method="beta")[0])
+    assert math.isnan(stats.proportion(np.array([]), np.array([])).est)
 
 
-def test_exact_mcnemar_by_hand():
-    # discordant 5 vs 1: two-sided p = 2 * P(X <= 1 | Bin(6, 1/2)) = 2 * 7/64; one-sided P(X >= 5) = 7/64
-    assert stats.mcnemar_exact(5, 1) == pytest.approx(14 / 64)
-    assert stats.mcnemar_drop(5, 1) == pytest.approx(7 / 64)
-    assert stats.mcnemar_drop(1, 5) == pytest.approx(63 / 64)  # the candidate got better: no evidence of a drop
-    assert stats.mcnemar_exact(3, 3) == 1.0 and stats.mcnemar_exact(0, 0) == 1.0 and stats.mcnemar_drop(0, 0) == 1.0
-    assert stats.mcnemar_drop(10, 0) == pytest.approx(0.5 ** 10)
-    for b, c in [(12, 4), (0, 9), (30, 18)]:
-        assert stats.mcnemar_exact(b, c) == pytest.approx(sps.binomtest(b, b + c, 0.5).pvalue)
+def test_sign_flip_is_exact_over_episodes():
+    two = np.array([-1.0, -1] + [0] * 8)  # 2 of 10 episodes dropped, 8 unchanged
+    assert stats.sign_flip(two, "less") == pytest.approx(0.25)  # 1 of the 4 sign patterns of the two drops
+    eight = np.array([-1.0] * 8 + [0, 0])
+    assert stats.sign_flip(eight, "less") == pytest.approx(1 / 256)
+    assert stats.sign_flip(eight, "two-sided") == pytest.approx(2 / 256)
+    assert stats.sign_flip(np.zeros(5)) == 1.0 and stats.sign_flip(np.array([])) == 1.0
+    assert stats.flip_method(16) == "exact" and "Monte Carlo" in stats.flip_method(17)
 
 
 def test_paired_counts_on_a_hand_table():
     a = np.array([1, 1, 1, 0, 0, 1], bool)
     b = np.array([1, 0, 0, 0, 1, 1], bool)
     res = stats.paired(a, b, np.arange(6))
-    assert (res.n, res.only_a, res.only_b) == (6, 2, 1)
+    assert (res.n, res.episodes, res.only_a, res.only_b) == (6, 6, 2, 1)
     assert (res.acc_a, res.acc_b, res.diff) == pytest.approx((4 / 6, 3 / 6, -1 / 6))
-    assert res.p_two_sided == pytest.approx(1.0)  # 2 * P(X <= 1 | Bin(3, 1/2)) = 2 * 4/8
-    assert res.p_drop == pytest.approx(0.5)  # P(X >= 2 | Bin(3, 1/2))
-    assert res.diff_low <= res.diff <= res.diff_high
+    # differences -1, -1, +1 and three 0: the sum is odd in all 8 sign patterns (|mean| >= 1/6), <= -1/6 in 4
+    assert res.p_two_sided == pytest.approx(1.0) and res.p_drop == pytest.approx(4 / 8)
+    assert (res.diff_low, res.diff_high) == pytest.approx(tuple(sps.ttest_1samp(b - a.astype(float), 0).confidence_interval()))
+    # the same samples as 2 episodes of 3 replicates: 2 observations, not 6
+    grouped = stats.paired(a, b, np.repeat([0, 1], 3))
+    assert grouped.episodes == 2 and grouped.p_two_sided == pytest.approx(1.0)
     with pytest.raises(ValueError, match="equal lengths"):
         stats.paired(a, b[:3], np.arange(6))
 
 
-def test_cluster_bootstrap_matches_the_normal_interval_for_independent_pairs():
-    rng = np.random.default_rng(7)
-    n = 2000
-    a = rng.random(n) < 0.8
-    b = rng.random(n) < 0.6
-    diff, low, high = stats.cluster_bootstrap_diff(a, b, np.arange(n))
-    d = b.astype(float) - a.astype(float)
-    se = d.std(ddof=1) / math.sqrt(n)
-    assert diff == pytest.approx(d.mean())
-    assert low == pytest.approx(diff - Z * se, abs=0.006) and high == pytest.approx(diff + Z * se, abs=0.006)
-
-
-def test_cluster_bootstrap_resamples_episodes_not_samples():
-    rng = np.random.default_rng(3)
-    n, k = 300, 4
-    a, b = rng.random(n) < 0.7, rng.random(n) < 0.5
-    one = stats.cluster_bootstrap_diff(a, b, np.arange(n))
-    # every episode answered identically by k replicates: no new information
-    a4, b4 = np.repeat(a, k), np.repeat(b, k)
-    clustered = stats.cluster_bootstrap_diff(a4, b4, np.repeat(np.arange(n), k))
-    naive = stats.cluster_bootstrap_diff(a4, b4, np.arange(n * k))
-    width = lambda r: r[2] - r[1]  # noqa: E731
-    assert clustered[0] == pytest.approx(one[0])
-    assert width(clustered) == pytest.approx(width(one), rel=0.15)
-    assert width(naive) == pytest.approx(width(one) / math.sqrt(k), rel=0.15)  # too narrow by sqrt(k)
-
-
-def test_cluster_bootstrap_degenerate_cases():
-    a = np.array([1, 1, 1, 1], bool)
-    b = np.array([0, 0, 0, 0], bool)
-    assert stats.cluster_bootstrap_diff(a, b, np.array([0, 0, 1, 1])) == (-1.0, -1.0, -1.0)
-    diff, low, high = stats.cluster_bootstrap_diff(a, b, np.zeros(4))  # one episode: no interval
-    assert diff == -1.0 and math.isnan(low) and math.isnan(high)
+def test_mean_interval_is_t_below_20_episodes_and_a_bootstrap_from_there():
+    x = np.random.default_rng(7).normal(1.0, 1.0, 12)
+    e = stats.mean_interval(x)
+    assert (e.low, e.high) == pytest.approx(tuple(sps.ttest_1samp(x, 0).confidence_interval()))
+    assert e.episodes == 12
+    big = np.random.default_rng(7).normal(1.0, 1.0, 400)
+    b = stats.mean_interval(big)
+    t_low, t_high = sps.ttest_1samp(big, 0).confidence_interval()
+    assert (b.low, b.high) != pytest.approx((t_low, t_high), abs=1e-6)  # resampled, not the formula
+    assert (b.low, b.high) == pytest.approx((t_low, t_high), abs=0.03)
+    one = stats.mean_interval(np.array([3.0]))
+    assert one.est == 3.0 and math.isnan(one.low)
+    assert stats.mean_interval(np.full(4, 2.0)) == stats.Estimate(2.0, 2.0, 2.0, 4)
 
 
 def test_pass_hat_k_by_hand():
     c, n = np.array([4, 3, 0, 2]), np.array([4, 4, 4, 4])
-    assert stats.pass_hat_k(c, n, 1) == pytest.approx((1 + 0.75 + 0 + 0.5) / 4)
+    assert stats.pass_hat_k(c, n, 1).est == pytest.approx((1 + 0.75 + 0 + 0.5) / 4)
     # C(4,2)/C(4,2) = 1, C(3,2)/6 = 1/2, 0, C(2,2)/6 = 1/6
-    assert stats.pass_hat_k(c, n, 2) == pytest.approx((1 + 0.5 + 0 + 1 / 6) / 4)
-    assert stats.pass_hat_k(c, n, 4) == pytest.approx(0.25)  # only the episode that never failed
-    assert math.isnan(stats.pass_hat_k(c, n, 5)) and math.isnan(stats.pass_hat_k(c[:0], n[:0], 1))
+    two = stats.pass_hat_k(c, n, 2)
+    assert two.est == pytest.approx((1 + 0.5 + 0 + 1 / 6) / 4) and two.episodes == 4
+    assert (two.low, two.high) == pytest.approx(tuple(sps.ttest_1samp([1, 0.5, 0, 1 / 6], 0).confidence_interval()))
+    assert stats.pass_hat_k(c, n, 4).est == pytest.approx(0.25)  # only the episode that never failed
+    assert math.isnan(stats.pass_hat_k(c, n, 5).est) and math.isnan(stats.pass_hat_k(c[:0], n[:0], 1).est)
 
 
-def test_bootstrap_location():
-    assert stats.bootstrap_location(np.zeros(10), "median") == (0.0, 0.0, 0.0)
-    assert stats.bootstrap_location(np.array([7.0]), "mean") == (7.0, 7.0, 7.0)
-    assert all(math.isnan(v) for v in stats.bootstrap_location(np.array([np.nan]), "mean"))
-    est, low, high = stats.bootstrap_location(np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, np.nan]), "median")
-    assert est == 5 and 2 <= low <= 5 <= high <= 8
-    x = np.random.default_rng(0).normal(100, 15, 400)
-    est, low, high = stats.bootstrap_location(x, "mean")
-    t_low, t_high = sps.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=sps.sem(x))
-    assert est == pytest.approx(x.mean())
-    assert low == pytest.approx(t_low, abs=0.3) and high == pytest.approx(t_high, abs=0.3)
-    with pytest.raises(KeyError):
-        stats.bootstrap_location(x, "mode")
+def test_median_interval_by_order_statistics():
+    x = np.arange(1.0, 21.0)
+    e = stats.median_interval(x)
+    assert e.est == 10.5 and e.episodes == 20
+    # the binomial order-statistic interval of the median of 20: the 6th to the 15th value
+    assert (e.low, e.high) == (6.0, 15.0)
 
 
-def test_ols_slope_against_linregress():
+def test_ols_slope_clusters_by_episode():
+    import statsmodels.api as sm
+
     rng = np.random.default_rng(1)
     x = rng.uniform(500, 4000, 60)
     y = 0.05 * x + rng.normal(0, 20, 60)
     ref = sps.linregress(x, y)
     res = stats.ols_slope(x, y)
-    t = sps.t.ppf(0.975, len(x) - 2)
-    assert res.slope == pytest.approx(ref.slope)
-    assert res.intercept == pytest.approx(ref.intercept)
-    assert (res.low, res.high) == pytest.approx((ref.slope - t * ref.stderr, ref.slope + t * ref.stderr))
-    assert res.p_value == pytest.approx(ref.pvalue) and res.n == 60
+    fit = sm.OLS(y, sm.add_constant(x)).fit(cov_type="cluster", cov_kwds={"groups": np.arange(60)}, use_t=True)
+    assert (res.slope, res.intercept) == pytest.approx((ref.slope, ref.intercept))
+    assert (res.low, res.high) == pytest.approx(tuple(fit.conf_int()[1]))
+    assert res.n == 60 and res.episodes == 60
+    # five identical replicates of each point: the interval stays about as wide, not sqrt(5) narrower
+    copies = stats.ols_slope(np.repeat(x, 5), np.repeat(y, 5), np.repeat(np.arange(60), 5))
+    assert copies.episodes == 60 and copies.high - copies.low == pytest.approx(res.high - res.low, rel=0.05)
     exact = stats.ols_slope(np.array([1, 2, 3, 4.0]), np.array([3, 5, 7, 9.0]))
     assert (exact.slope, exact.intercept) == pytest.approx((2.0, 1.0))
     flat = stats.ols_slope(np.array([1, 2, 3, 4.0]), np.zeros(4))  # the status-bar arm's hoped-for shape
     assert (flat.slope, flat.low, flat.high) == pytest.approx((0.0, 0.0, 0.0))
     assert math.isnan(stats.ols_slope(np.full(5, 3.0), np.arange(5.0)).slope)  # context length does not vary
+
+
+def test_slope_difference_is_the_interaction():
+    rng = np.random.default_rng(2)
+    x = np.tile(rng.uniform(500, 4000, 30), 2)
+    arm = np.repeat([0, 1], 30)
+    y = np.where(arm == 1, 0.01, 0.2) * x + rng.normal(0, 30, 60)
+    episodes = np.tile(np.arange(30), 2)  # the same episodes in both arms
+    d = stats.slope_difference(x, y, arm, episodes)
+    separate = stats.ols_slope(x[arm == 1], y[arm == 1]).slope - stats.ols_slope(x[arm == 0], y[arm == 0]).slope
+    assert d.slope == pytest.approx(separate) and d.episodes == 30
+    assert d.low < -0.19 < d.high < 0 and d.p_value < 1e-6  # the true difference: 0.01 - 0.2
 
 
 def _records(rows: list[tuple]) -> pd.DataFrame:
@@ -150,9 +150,9 @@ def test_rate_tables_on_a_hand_table():
         == (6, pytest.approx(0.5), 3, pytest.approx(1 / 3), 2, pytest.approx(0.5), 1)
     # balanced: limit cells 2/4 right, control cells 1/2 right
     assert t["balanced_accuracy"] == pytest.approx(0.5) and t["bal_low"] < 0.5 < t["bal_high"]
-    assert (t["acc_low"], t["acc_high"]) == pytest.approx(proportion_confint(3, 6, method="wilson"))
+    assert t["episodes"] == 6 and t["acc_low"] < 0.5 < t["acc_high"]
     err = tables.errors(_records(rows))
-    assert err[["kind", "count", "n"]].values.tolist() == [["template: ValueError", 1, 6]]
+    assert err[["kind", "count", "n", "episodes"]].values.tolist() == [["template: ValueError", 1, 6, 6]]
     assert tables.error_kind("scripted: no completion for episode x") == "scripted"
     assert tables.error_kind("boom") == "unknown" and tables.error_kind(None) == "unknown"
     oc = tables.outcomes(_records(rows)).iloc[0]
@@ -195,10 +195,12 @@ def test_comparison_and_pass_k_tables():
                          0, 100, 1, 1.0, None, None, False))
     df = _records(rows)
     comp = tables.comparisons(df).iloc[0]
-    assert (comp["baseline"], comp["condition"], comp["n"], comp["only_a"], comp["only_b"]) == ("none", "bar", 8, 2, 0)
+    assert (comp["baseline"], comp["condition"], comp["n"], comp["episodes"], comp["only_a"], comp["only_b"]) \
+        == ("none", "bar", 8, 4, 2, 0)
     assert comp["diff"] == pytest.approx(4 / 8 - 6 / 8)
     pk = tables.pass_k(df).set_index("condition")
     assert pk.loc["none", "pass^2"] == pytest.approx(3 / 4)  # 3 episodes always right
+    assert pk.loc["none", "pass^2_low"] < 3 / 4 < pk.loc["none", "pass^2_high"]
     assert pk.loc["bar", "pass^1"] == pytest.approx(4 / 8)
     assert pk.loc["bar", "pass^2"] == pytest.approx(1 / 4)  # only e0 right twice
     with pytest.raises(ValueError, match="extra samples of the same episode_id/replicate"):
@@ -212,7 +214,24 @@ def test_thinking_table_slope_per_1k_prompt_tokens():
     assert th.loc["none", "slope_per_1k"] == pytest.approx(2.0)  # 2 thinking tokens per 1000 prompt tokens
     assert th.loc["bar", "slope_per_1k"] == pytest.approx(0.0, abs=1e-9)
     assert th.loc["none", ["median", "mean"]].tolist() == pytest.approx([6.0, 6.0])
-    assert th.loc["bar", ["median_low", "median_high"]].tolist() == [5.0, 5.0]
+    assert th.loc["none", "episodes"] == 5 and th["measured"].all()
+    diff = tables.thinking_slope_differences(_records(rows)).iloc[0]
+    assert (diff["condition"], diff["episodes"]) == ("bar", 5) and diff["diff_per_1k"] == pytest.approx(-2.0)
+
+
+def test_thinking_excludes_truncated_and_a_model_that_does_not_think_is_not_measured():
+    rows = [("r", "m", "none", f"e{i}", 0, "refused", "refused", True, i, 1000 * i, 1, 1.0, None, None, False)
+            for i in range(1, 7)]
+    rows += [("r", "m", "none", "e7", 0, "refused", "truncated", False, 50, 7000, 1, 1.0, None, None, False)]
+    rows += [("r", "m", "bar", f"e{i}", 0, "refused", "refused", True, 0, 1000 * i, 1, 1.0, None, None, False)
+             for i in range(1, 8)]
+    th = tables.thinking(_records(rows)).set_index("condition")
+    assert (th.loc["none", "censored"], th.loc["none", "n"]) == (1, 6)
+    assert th.loc["none", "slope_per_1k"] == pytest.approx(1.0)  # the truncated sample's count left out
+    assert th.loc["none", "slope_with_censored_per_1k"] > 1.0  # and kept in the sensitivity line
+    assert not th.loc["bar", "measured"] and math.isnan(th.loc["bar", "slope_per_1k"]) and math.isnan(th.loc["bar", "slope_p"])
+    diff = tables.thinking_slope_differences(_records(rows)).iloc[0]
+    assert not diff["measured"] and math.isnan(diff["diff_per_1k"]) and math.isnan(diff["p"])
 
 
 def test_outcomes_table_shows_counts_and_shares():

@@ -177,3 +177,13 @@ def test_real_vllm_engine_on_the_embedded_model(tmp_path):
     [records] = list(tmp_path.rglob("records.jsonl"))
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     assert len(rows) == 4 and all(r["error"] is None and r["completion_tokens"] >= 1 for r in rows)
+
+
+def test_latency_is_the_requests_own_from_vllm_metrics_else_the_batchs():
+    seq = SimpleNamespace(text="Hi", token_ids=[7], finish_reason="stop")
+    timed = SimpleNamespace(prompt_token_ids=[1], outputs=[seq],
+                            metrics=SimpleNamespace(arrival_time=100.0, first_token_time=100.5, finished_time=102.0))
+    [c] = parse_output(timed, split_thinking, None, _encode, "P", 9.0)
+    assert (c.latency_s, c.ttft_s, c.batch_latency_s) == (2.0, 0.5, 9.0)
+    [c] = parse_output(SimpleNamespace(prompt_token_ids=[1], outputs=[seq], metrics=None), split_thinking, None, _encode, "P", 9.0)
+    assert (c.latency_s, c.ttft_s, c.batch_latency_s) == (9.0, None, 9.0)  # no metrics in this version: the batch's

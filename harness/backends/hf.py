@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, require
@@ -31,6 +31,9 @@ class HFBackendConfig(BackendConfig):
     # on a CPU in float32, linear layers through oneDNN's matmul (as vLLM's CPU build does) instead of torch's MKL
     # sgemm: faster at decode batch sizes; off: torch's own linear (`harness.engine.linear`)
     onednn_linear: bool = True
+    # where and how fast it runs; dtype is identity (it changes the numbers)
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"device", "threads", "batch_size", "decode_kv_gb", "share_prefix", "onednn_linear"})
 
     def __post_init__(self) -> None:
         require(self.threads >= 0, "backend.threads", f"must be >= 0, got {self.threads}")
@@ -140,7 +143,8 @@ class HFBackend(Backend):
                                   lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"])
         return Completion(text=text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=len(prompt_ids),
                           cached_prompt_tokens=d.cached, completion_tokens=len(tokens), thinking_tokens=thinking,
-                          answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, finish_reason=d.finish,
+                          answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, batch_latency_s=d.batch_latency,
+                          finish_reason=d.finish,
                           token_ids=list(body))
 
 

@@ -18,7 +18,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
@@ -51,6 +51,9 @@ class OpenAIBackendConfig(BackendConfig):
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
     # a 3xx to another scheme, host or port would send the prompts there: refused unless set
     allow_cross_host_redirects: bool = False
+    # transport only: base_url, served_model and extra_body decide the outputs and are identity
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"api_key_env", "concurrency", "max_retries", "timeout_s", "stream",
+                                                     "max_response_bytes", "allow_cross_host_redirects"})
 
     def __post_init__(self) -> None:
         require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
@@ -230,7 +233,7 @@ class OpenAIBackend(Backend):
             logging.getLogger(name).setLevel(logging.WARNING)
 
     def describe(self) -> dict[str, Any]:
-        return {"base_url": self.cfg.base_url, "served_model": self.model, "stream": self.cfg.stream,
+        return {"base_url": self.cfg.base_url, "served_model": self.model, "extra_body": self.cfg.extra_body, "stream": self.cfg.stream,
                 "concurrency": self.cfg.concurrency, "other_models_reported": dict(self.reported_models)}
 
     def _reported(self, model: Any) -> None:
@@ -266,6 +269,7 @@ class OpenAIBackend(Backend):
     async def _generate(self, requests: list[Request]) -> list[Completion]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
         out: list[Completion] = [Completion()] * len(requests)
+        t0 = time.perf_counter()
         async with self._client() as client:
             async def one(i: int) -> None:
                 async with gate:
@@ -273,6 +277,9 @@ class OpenAIBackend(Backend):
 
             # sent in prefix order, so a server's prefix cache sees requests sharing a prefix together
             await asyncio.gather(*(one(i) for i in prefix_order([prefix_key(r) for r in requests])))
+        batch = time.perf_counter() - t0
+        for c in out:  # latency_s stays each request's own time
+            c.batch_latency_s = batch
         return out
 
     async def _one(self, client: Any, req: Request) -> Completion:

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -41,6 +41,8 @@ class ScriptedBackendConfig(BackendConfig):
     name: str = "scripted"
     path: str = MISSING  # JSONL of completions
     match: Match = Match.id
+    # the file is identity by its content (completions_sha256), not by where it lies
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"path"})
 
     def check_machine(self) -> None:
         require(os.path.isfile(os.path.expanduser(self.path)), "backend.path", f"file {self.path!r} does not exist")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, DType, ModelConfig, require
@@ -42,6 +42,9 @@ class VLLMBackendConfig(BackendConfig):
     enable_prefix_caching: bool = True
     seed: int = 0
     enforce_eager: bool = False
+    # how the engine is laid out and cached; dtype, max_model_len (which prompts fit) and seed are identity
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching", "enforce_eager"})
 
     def __post_init__(self) -> None:
         require(self.tensor_parallel_size >= 1, "backend.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
@@ -80,11 +83,23 @@ def group_requests(requests: list[Request], indices: list[int]) -> list[list[int
     return [sorted(g, key=lambda i: requests[i].replicate) for _, g in ordered]
 
 
+def request_times(output: Any) -> tuple[float | None, float | None]:
+    """(latency, time to first token) of one request from vLLM's per-request metrics, where the
+    version reports them (RequestOutput.metrics: arrival, first token and finish times); else Nones."""
+    m = getattr(output, "metrics", None)
+    arrival, first, finished = (getattr(m, k, None) for k in ("arrival_time", "first_token_time", "finished_time"))
+    if not all(isinstance(t, (int, float)) for t in (arrival, finished)):
+        return None, None
+    return finished - arrival, first - arrival if isinstance(first, (int, float)) else None
+
+
 def parse_output(output: Any, split: Split, think_end_id: int | None, encode: Callable[[str], list[int]],
-                 prompt_text: str, latency: float) -> list[Completion]:
-    """One vllm RequestOutput -> one Completion per generated sequence (n of them)."""
+                 prompt_text: str, batch_latency: float) -> list[Completion]:
+    """One vllm RequestOutput -> one Completion per generated sequence (n of them). Latency is the
+    request's own where vLLM reports it, else the batch's (`batch_latency`, the LLM.chat call)."""
     prompt_tokens = len(output.prompt_token_ids) if getattr(output, "prompt_token_ids", None) is not None else None
     cached = getattr(output, "num_cached_tokens", None)
+    latency, ttft = request_times(output)
     out = []
     for seq in output.outputs:
         token_ids = list(seq.token_ids)
@@ -92,8 +107,9 @@ def parse_output(output: Any, split: Split, think_end_id: int | None, encode: Ca
         thinking = count_thinking(token_ids, reasoning, think_end_id, encode)
         out.append(Completion(text=seq.text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=prompt_tokens,
                               cached_prompt_tokens=cached, completion_tokens=len(token_ids), thinking_tokens=thinking,
-                              answer_tokens=max(len(token_ids) - thinking, 0), latency_s=latency,
-                              finish_reason=seq.finish_reason))
+                              answer_tokens=max(len(token_ids) - thinking, 0),
+                              latency_s=batch_latency if latency is None else latency, ttft_s=ttft,
+                              batch_latency_s=batch_latency, finish_reason=seq.finish_reason))
     return out
 
 

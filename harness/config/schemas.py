@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Optional
 
@@ -107,10 +107,13 @@ class BackendConfig:
     """Base of every backend's config; each backend module defines its subclass and registers both
     with `harness.backends.register_backend`."""
     name: str = MISSING
+    # fields that say how or where a backend runs, not what it produces (concurrency, timeouts,
+    # retries, batch sizes, devices); every other field is identity, so a new field is identity until declared here
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset()
 
     def identity(self) -> dict[str, Any]:
-        """What changes outputs, not where they run: dtype does, device and batch size do not."""
-        return {"name": self.name, "dtype": getattr(self, "dtype", None)}
+        """What changes outputs (sample ids and run fingerprints hash it): every field but the operational ones."""
+        return {k: v for k, v in asdict(self).items() if k not in self.OPERATIONAL}
 
     def check_machine(self) -> None:
         """Checks of files, packages or environment variables the backend needs (after composition)."""

@@ -24,8 +24,10 @@ class Decoded(NamedTuple):
     tokens: list[int]
     finish: str  # stop | length
     cached: int  # prompt tokens whose KV was computed for an earlier sample of the same call
-    latency: float  # wall time of the batch that decoded it, with the prefills it needed
+    # its own time: its share of the batch's prefill by prompt tokens, plus the decode steps until it ended
+    latency: float
     scores: list[list[float]] | None = None  # per continuation asked for, the log-prob of each of its tokens
+    batch_latency: float | None = None  # wall time of the batch that decoded it, with the prefills it needed
 
 
 class PrefixDecoder:
@@ -81,14 +83,22 @@ class PrefixDecoder:
                     scores[id(node)] = self._score(node, store, continuations[i])
             # a finished row is its sample and the greedy copies of it
             weights = [len(node.ends) if copy else 1 for _, node in chunk]
-            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk],
-                                   lambda r: progress.advance(weights[r]))
-            latency = time.perf_counter() - t0
-            for (i, node), (tokens, finish), c in zip(chunk, outputs, cached):
+            t1 = time.perf_counter()
+            ended = [t1] * len(chunk)
+
+            def finished(r: int) -> None:
+                ended[r] = time.perf_counter()
+                progress.advance(weights[r])
+
+            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk], finished)
+            batch = time.perf_counter() - t0
+            prompt_tokens = [len(prompts[i]) for i, _ in chunk]
+            for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
                 s = scores.get(id(node)) if continuations and continuations[i] else None
-                results[i] = Decoded(tokens, finish, c, latency, s)
+                latency = (t1 - t0) * n / sum(prompt_tokens) + (end - t1)
+                results[i] = Decoded(tokens, finish, c, latency, s, batch)
                 for j in node.ends[1:] if copy else []:
-                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s)
+                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch)
                 if self.keep_prompt_kv:
                     self._kept[tuple(prompts[i])] = [store[id(n)][0] for n in node.path()]
                     continue

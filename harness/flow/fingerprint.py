@@ -2,9 +2,9 @@
 
 A run's fingerprint is everything that decides which samples exist and how they are produced: the
 scenario config, the conditions, the model's identity, the generation settings, the backend's
-identity (a scripted file by its hash), replicates and seed. Operational keys (batch sizes,
-progress, report, shard, retry_errors, where the run is written) are not in it. A run into a
-directory that already holds another fingerprint is refused before anything is written, so two
+identity (every backend field it does not declare operational; a scripted file by its hash),
+replicates and seed. Operational keys (batch sizes, progress, report, shard, retry_errors, where
+the run is written) are not in it. A run into a directory that already holds another fingerprint is refused before anything is written, so two
 configs are never pooled silently into one table; growing a run on purpose (more episodes,
 conditions or replicates, another scripted file graded into it) takes `run.extend=true` and is
 recorded in the manifest.

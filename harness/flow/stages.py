@@ -146,6 +146,7 @@ def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt
         expected=sample.episode.expected, reason=graded.reason, call_format=call_format(graded.calls),
         latency_s=completion.latency_s, finish_reason=completion.finish_reason, error=completion.error,
         scripted=completion.scripted, cost_usd=cost_usd(ctx.model, completion), ttft_s=completion.ttft_s, writer=writer,
+        batch_latency_s=completion.batch_latency_s,
         token_source=completion.token_source, propensity=propensity,
         created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
 
