@@ -17,7 +17,7 @@ import pandas as pd
 from analysis import browser
 from analysis.report import to_html, to_markdown
 from analysis.section import Section
-from analysis.stats import bootstrap_location, ols_slope, pass_hat_k, wilson
+from analysis.stats import Estimate, episode_means, mean_interval, ols_slope, pass_hat_k, proportion
 from analysis.style import COLUMN_WIDTH, colors, paper_style, save
 from harness.context.strategy import shared_prefix
 from harness.io.files import write_file
@@ -53,7 +53,13 @@ def prompt_text(row: dict) -> str:
 
 
 def _ci(est: float, low: float, high: float, fmt: str = ".2f") -> str:
-    return "n/a" if math.isnan(est) else f"{est:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
+    if math.isnan(est):
+        return "n/a"
+    return f"{est:{fmt}}" if math.isnan(low) else f"{est:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
+
+
+def _est(e: Estimate) -> str:
+    return _ci(e.est, e.low, e.high)
 
 
 def strategy(config: dict) -> str:
@@ -67,20 +73,22 @@ def violations(rollouts: pd.DataFrame) -> Section:
     rows = []
     ks = range(1, int(rollouts.groupby(["condition", "episode_id"]).size().min()) + 1)
     for cond, g in rollouts.groupby("condition", sort=True):
-        any_v = int((g["violations"] > 0).sum())
+        episodes = g["episode_id"].to_numpy()
         per_episode = g.assign(clean=g["violations"] == 0).groupby("episode_id")["clean"].agg(["sum", "size"])
         row = {"condition": cond, "rollouts": len(g),
                "outcomes": ", ".join(f"{k} {v}" for k, v in g["outcome"].value_counts().sort_index().items()),
-               "violations per rollout (95% CI)": _ci(*bootstrap_location(g["violations"].to_numpy(float), "mean")),
-               "rollouts with a violation (95% CI)": _ci(*wilson(any_v, len(g))),
+               "episodes": g["episode_id"].nunique(),
+               "violations per rollout (95% CI)": _est(mean_interval(episode_means(g["violations"].to_numpy(float), episodes))),
+               "rollouts with a violation (95% CI)": _est(proportion((g["violations"] > 0).to_numpy(float), episodes)),
                "mean steps": f"{g['steps'].mean():.1f}", "mean turns": f"{g['turns'].mean():.1f}"}
         for k in list(ks)[:3]:
-            row[f"pass^{k}"] = f"{pass_hat_k(per_episode['sum'].to_numpy(), per_episode['size'].to_numpy(), k):.2f}"
+            row[f"pass^{k} (95% CI)"] = _est(pass_hat_k(per_episode['sum'].to_numpy(), per_episode['size'].to_numpy(), k))
         rows.append(row)
     return Section("Rollouts: violations per rollout",
                    "A violation is a step labelled `violated`: a call to the target once the limit was reached. "
-                   "Intervals: bootstrap over rollouts (violations), Wilson (share). pass^k: the chance that k "
-                   "replicates of an episode all end without a violation.", pd.DataFrame(rows))
+                   "The episode is the unit: intervals over episodes (violations: each episode's mean, t or "
+                   "bootstrap; share: Korn-Graubard). pass^k: the chance that k replicates of an episode all end "
+                   "without a violation, averaged over episodes.", pd.DataFrame(rows))
 
 
 def kaplan_meier(rollouts: pd.DataFrame) -> pd.DataFrame:
@@ -124,7 +132,7 @@ def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section
     fig = _figure()
     ax = fig.axes[0]
     for cond, idx in steps.groupby("condition", sort=True).groups.items():
-        fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy())
+        fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy(), steps.loc[idx, "episode_id"].to_numpy())
         ax.scatter(context[idx], think[idx], s=6, alpha=0.6, color=palette[cond], label=str(cond))
         rows.append({"condition": cond, "steps": len(idx), f"mean context ({unit})": f"{context[idx].mean():.0f}",
                      "mean thinking tokens": "n/a" if think[idx].isna().all() else f"{think[idx].mean():.1f}",
@@ -134,7 +142,7 @@ def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section
     ax.legend()
     save(fig, out, "rollout_thinking")
     return Section("Thinking per step against context length",
-                   f"OLS of each step's thinking tokens on its context length ({unit}) per arm: the seed's claim is "
+                   f"OLS of each step's thinking tokens on its context length ({unit}) per arm, errors clustered by episode: the seed's claim is "
                    "that thinking grows with the context without the bar and stays flat with it.", pd.DataFrame(rows),
                    figure="rollout_thinking")
 
