@@ -163,3 +163,25 @@ def test_the_presets_pins_match_the_installed_parts(preset):
         pytest.skip(f"{preset}'s parts are not installed ({parts.install_line(cfg.gguf_parts[:1])} ...)")
     parts.verify(cfg)  # every part's digest and the joined one, as pinned
     assert sources.converted_if_cached(cfg) in (None, Path(cfg.cache_dir).expanduser() / "models" / f"{preset}-{cfg.gguf_sha256[:16]}")
+
+
+@pytest.mark.model
+def test_a_real_gguf_split_into_parts_converts_like_the_whole_file(tmp_path, monkeypatch):
+    """SmolLM2's GGUF cut in two fake parts: joined, converted, the same tensors as its own conversion."""
+    from safetensors.numpy import load_file
+
+    whole_cfg = make_cfg().model  # the tests' model, from its single-file package
+    gguf = sources._gguf_path(whole_cfg).read_bytes()
+    chunks = [gguf[:len(gguf) // 2], gguf[len(gguf) // 2:]]
+    site = tmp_path / "site"
+    site.mkdir()
+    for i, chunk in enumerate(chunks, 1):
+        install_fake(site, f"fake-part{i}", "1.0", chunk)
+    monkeypatch.syspath_prepend(str(site))
+    cfg = make_cfg(*overrides(tmp_path, chunks), "model.generation.max_new_tokens=8").model
+    path, revision = sources.resolve(cfg)
+    assert revision == f"gguf-sha256:{sha(gguf)[:16]}"
+    joined = load_file(str(Path(path) / "model.safetensors"))
+    own = load_file(str(Path(sources.resolve(whole_cfg)[0]) / "model.safetensors"))
+    assert joined.keys() == own.keys() and all((joined[k] == own[k]).all() for k in own)
+    assert [p.name for p in (tmp_path / "cache" / "models").iterdir() if ".tmp-" in p.name] == []  # no joined GGUF left
