@@ -5,8 +5,9 @@ config refused only there would still leave files behind (outside run.root for a
 experiment.name, or over a running run's `.hydra/` for a refused second writer). The `Preflight`
 callback (registered in conf/config.yaml) runs at `on_run_start`, after composition and before
 any write: it types the config (schemas, unknown keys, names, plan size, each part's `check_machine`),
-verifies a model's pinned PyPI parts (harness.models.parts), builds the episodes and runs the backend's `preflight` (a user's traces and scripted completions:
-refused naming file, line and field) and probes the writer lock.
+verifies a model's pinned PyPI parts (harness.models.parts), builds the episodes and runs the
+backend's `preflight` (a user's traces and scripted completions: refused naming file, line and field)
+and probes the writer lock.
 A multirun checks its base config here; a swept value is checked as its job starts, after Hydra
 has written that job's directory.
 """
