@@ -42,14 +42,23 @@ def shared_template(name: str) -> str:
     return path.read_text()
 
 
+# The tests' model: SmolLM2-135M, fast on CPU. The default model (Qwen2.5-Coder-0.5B, ~10x the compute)
+# runs only where a test names it; every command a test runs without a model= override gets this one.
+TEST_MODEL = "model=smollm2-135m"
+
+
+def pin_test_model(args: tuple[str, ...] | list[str]) -> list[str]:
+    return list(args) if any(a.startswith("model=") for a in args) else [TEST_MODEL, *args]
+
+
 def make_cfg(*overrides: str) -> Config:
-    """The typed config `python -m harness.run OVERRIDES...` would get."""
-    return compose_config(list(overrides))
+    """The typed config `python -m harness.run OVERRIDES...` would get (on the tests' model unless named)."""
+    return compose_config(pin_test_model(overrides))
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.run", *args], cwd=cwd or REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "harness.run", *pin_test_model(args)], cwd=cwd or REPO,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, TEST_MODEL, run_cli
 
 pytestmark = pytest.mark.model
-ARGS = ["scenario.calls_made=[2,3,4]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
+ARGS = [TEST_MODEL, "scenario.calls_made=[2,3,4]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
         "model.generation.max_new_tokens=4", "run.batch_size=1", "backend.batch_size=1", "run.report=false",
         "run.progress=false"]
 

@@ -11,10 +11,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TEST_MODEL
 from tests.fault_server import REJECTION, FaultServer
 
-GRID = ["scenario.calls_made=[2,3,4]", "scenario.placement=[early,late]", "scenario.episodes_per_cell=2"]
+GRID = [TEST_MODEL, "scenario.calls_made=[2,3,4]", "scenario.placement=[early,late]", "scenario.episodes_per_cell=2"]
 SECRET = "sk-statusbench-test-5f0c1e9a7b"
 
 

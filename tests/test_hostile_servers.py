@@ -12,11 +12,11 @@ import pytest
 
 from harness.backends.openai_api import OpenAIBackend
 from harness.flow.plan import make_plan
-from tests.conftest import REPO, make_cfg
+from tests.conftest import REPO, TEST_MODEL, make_cfg
 from tests.fault_server import FaultServer
 
 SECRET = "sk-statusbench-hostile-9c2d4e6f8a"
-GRID = ["scenario.calls_made=[2,3,4]", "scenario.placement=[early,late]", "scenario.episodes_per_cell=1"]
+GRID = [TEST_MODEL, "scenario.calls_made=[2,3,4]", "scenario.placement=[early,late]", "scenario.episodes_per_cell=1"]
 
 
 def _generate(server: FaultServer, monkeypatch, *overrides: str):

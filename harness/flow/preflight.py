@@ -5,8 +5,9 @@ config refused only there would still leave files behind (outside run.root for a
 experiment.name, or over a running run's `.hydra/` for a refused second writer). The `Preflight`
 callback (registered in conf/config.yaml) runs at `on_run_start`, after composition and before
 any write: it types the config (schemas, unknown keys, names, plan size, each part's `check_machine`),
-builds the episodes and runs the backend's `preflight` (a user's traces and scripted completions:
-refused naming file, line and field) and probes the writer lock.
+verifies a model's pinned PyPI parts (harness.models.parts), builds the episodes and runs the
+backend's `preflight` (a user's traces and scripted completions: refused naming file, line and field)
+and probes the writer lock.
 A multirun checks its base config here; a swept value is checked as its job starts, after Hydra
 has written that job's directory.
 """
@@ -24,6 +25,7 @@ import scenarios
 from harness.config.compose import to_typed
 from harness.config.schemas import Config
 from harness.errors import ConfigError
+from harness.models import sources
 from harness.rundir.layout import shard_dir
 from harness.rundir.store import RunDirError, probe_lock
 
@@ -38,6 +40,7 @@ def task_config(config: DictConfig) -> DictConfig:
 
 def check(cfg: Config, run_dir: Path | None) -> None:
     """Everything that can refuse this run without loading a model; ConfigError/RunDirError."""
+    sources.check_parts(cfg.model)  # a missing, truncated or altered part: refused before any write
     scenarios.build_episodes(cfg.scenario)  # a user's traces are read and checked here
     cfg.backend.preflight()  # e.g. every line of a scripted completions file
     if run_dir is not None:

@@ -25,7 +25,7 @@ class TokenCounter:
 
 
 def _tokenizer_file(cfg: ModelConfig) -> Path | None:
-    if cfg.gguf_package:
+    if cfg.packaged:
         try:
             folder = converted_if_cached(cfg)
         except ConfigError:

@@ -26,7 +26,7 @@ def hf_tokenizer(model_cfg: Any) -> Callable[[list[Message], list[dict[str, Any]
     from transformers import AutoTokenizer
 
     path, revision = sources.resolve(model_cfg)
-    return prompt_tokenizer(AutoTokenizer.from_pretrained(path, revision=revision if not model_cfg.gguf_package else None), model_cfg)
+    return prompt_tokenizer(AutoTokenizer.from_pretrained(path, revision=revision if not model_cfg.packaged else None), model_cfg)
 
 
 def main(argv: list[str] | None = None) -> None:
