@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     backend = make_backend(greedy_cfg.model, greedy_cfg.backend)
     model_load = time.perf_counter() - t0
-    backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
-    with tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:
+    with backend, tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:
+        backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
         ours = timed_run(greedy_cfg, backend, Path(tmp) / "ours", share_prefix=True)
         naive = timed_run(greedy_cfg, backend, Path(tmp) / "naive", share_prefix=False, batch_size=1)
         sampled = timed_run(sampled_cfg, backend, Path(tmp) / "sampled", share_prefix=True)
