@@ -109,6 +109,7 @@ def table(peer: dict[str, Any]) -> str:
     rows = [[f"generation s{' (median of %d, in turns)' % runs if runs > 1 else ''}", f"{hf['generate_s']:.1f}", f"{vllm['generate_s']:.1f}"],
             ["wall s (whole harness)", f"{hf['wall_s']:.1f}", f"{vllm['wall_s']:.1f}"],
             ["model load s", f"{hf['model_load_s']:.1f}", f"{vllm['model_load_s']:.1f}"],
+            ["torch threads", hf["backend"].get("threads", ""), "vLLM's own choice (its log says)"],
             ["samples / errors", f"{hf['samples']} / {hf['errors']}", f"{vllm['samples']} / {vllm['errors']}"],
             ["completion tokens", hf["completion_tokens"], vllm["completion_tokens"]]]
     if runs > 1:
