@@ -65,7 +65,10 @@ def generate_all(cfg: Config, run: stages.OpenRun, todo: list[Sample], backend: 
     if probe:
         run.model_info["attention_probe"] = probe.describe()
     ctx = stages.RecordContext(cfg.model, cfg.backend.name)
-    with tqdm(total=len(todo), unit="sample", desc="generate", disable=not cfg.run.progress, dynamic_ncols=True) as bar:
+    # the backend moves the bar by fractions of a sample as it computes (harness.progress.Work); miniters=0:
+    # every move redraws (at most every 0.1 s), where tqdm's own would wait for a whole sample
+    with tqdm(total=len(todo), unit="sample", desc="generate", disable=not cfg.run.progress, dynamic_ncols=True,
+              miniters=0, bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]") as bar:
         for batch in stages.batches(todo, cfg.run.batch_size):
             batch, written = write_bars(batch, writers)  # source=model conditions; {} for others
             completions = stages.generate(backend, batch, written, bar.update)

@@ -100,7 +100,12 @@ class FakeTokenizer:
 class FakeLLM:
     def __init__(self, max_model_len: int = 100_000):
         self.calls = []
-        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len))
+        self.shutdowns = 0
+        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len),
+                                          engine_core=SimpleNamespace(shutdown=self.shutdown))
+
+    def shutdown(self):
+        self.shutdowns += 1
 
     def get_tokenizer(self):
         return FakeTokenizer()
@@ -140,6 +145,16 @@ def test_prompt_over_max_model_len_is_an_error_record():
     completions = backend.generate([s.request for s in plan])
     assert all(c.error.startswith("prompt too long:") and "max_model_len 10" in c.error for c in completions)
     assert backend.llm.calls == []
+
+
+def test_leaving_the_backend_shuts_its_engine_down_once():
+    cfg = make_cfg("backend=vllm", *SMALL, "condition=[none]")
+    llm = FakeLLM()
+    with VLLMBackend(cfg.model, cfg.backend, llm=llm, sampling_params=dict) as backend:
+        assert llm.shutdowns == 0
+    assert llm.shutdowns == 1
+    backend.close()  # idempotent: a second close does not reach the engine
+    assert llm.shutdowns == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")

@@ -48,6 +48,32 @@ def test_offline_engine_gives_the_hf_backends_greedy_texts(tmp_path):
     assert f"transformers {summary['versions']['transformers']}" in table(summary)
 
 
+# --- every command that starts an engine shuts it down and returns ---------------------------------
+
+ONE_EPISODE = ["scenario.calls_made=[2]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+               "scenario.episodes_per_cell=1", "model.generation.max_new_tokens=4"]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("command", [
+    ["harness.run", "backend=vllm", "backend.dtype=float32", "backend.enforce_eager=true", "run.report=false",
+     "run.progress=false", "probe.propensity=false"],
+    ["harness.tools.bench", "--peer", "only"],
+], ids=["run", "bench-peer"])
+def test_a_command_that_started_an_engine_shuts_it_down_and_exits(tmp_path, command):
+    import subprocess
+
+    where = [f"run.root={tmp_path}", "run.name=exit"] if command[0] == "harness.run" else ["--out", str(tmp_path / "peer.json")]
+    # an engine left to interpreter exit held `harness.tools.bench --peer only` for minutes: the timeout
+    # is what fails here then
+    proc = subprocess.run([sys.executable, "-m", *command, *where, *ONE_EPISODE], cwd=Path(__file__).parent.parent,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # vLLM logs this from the client's shutdown(), which only our close() calls; its exit-time
+    # finalizer stops the processes without it
+    assert "[shutdown] MPClient: complete" in proc.stdout + proc.stderr
+
+
 # --- the OpenAI-compatible server -----------------------------------------------------------------
 
 def server_command(model: str, port: int) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from harness.backends import Backend, register_backend
 from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, require
+from harness.engine import threads
 from harness.engine.decode import PrefixDecoder
 from harness.errors import ConfigError
 from harness.measure.propensity import Encoded, encode, summarize
@@ -20,7 +21,7 @@ class HFBackendConfig(BackendConfig):
     name: str = "hf"
     device: Device = Device.cpu
     dtype: DType = DType.float32
-    threads: int = 0  # torch intra-op threads; 0 = torch's default
+    threads: int = 0  # torch intra-op threads; 0 = the cores free when the model loads (harness.engine.threads)
     batch_size: int = 64  # most rows per decode step: more rows share each read of the weights
     # memory, not a row count, sizes a decode batch: its KV buffers (rows x (longest prompt + new
     # tokens) positions) stay within this many GB, so short prompts batch wide and long ones narrow
@@ -50,8 +51,8 @@ class HFBackend(Backend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg, self.model_cfg = cfg, model_cfg
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        self.threads, self.threads_from = threads.choose(cfg.threads)
+        torch.set_num_threads(self.threads)
         self.path, self.revision = sources.resolve(model_cfg)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else str(cfg.device)
         dtype = "auto" if cfg.dtype == "auto" else getattr(torch, str(cfg.dtype))
@@ -86,7 +87,8 @@ class HFBackend(Backend):
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,
-                "dtype": str(self.model.dtype), "linear": self.linear, "native_tools": self.native_tools, "share_prefix": self.cfg.share_prefix}
+                "dtype": str(self.model.dtype), "threads": self.threads, "threads_from": self.threads_from,
+                "linear": self.linear, "native_tools": self.native_tools, "share_prefix": self.cfg.share_prefix}
 
     def render(self, request: Request) -> str:
         return self.renderer(request.messages, request.tools)

@@ -162,6 +162,13 @@ class VLLMBackend(Backend):
         self.think_end_id = self.tokenizer.get_vocab().get("</think>")
         self.split = reasoning_splitter(model_cfg.reasoning_parser, self.tokenizer)
 
+    def close(self) -> None:
+        """Shut the engine's processes (EngineCore, its workers) down now. Left to interpreter exit,
+        vLLM's finalizer kills them, or after a long run waits on them for minutes."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "max_model_len": self.max_model_len,
                 "native_tools": self.native_tools, "reasoning_parser": self.model_cfg.reasoning_parser,

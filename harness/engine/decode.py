@@ -69,6 +69,10 @@ class PrefixDecoder:
             for n in node.path():
                 remaining[id(n)] = remaining.get(id(n), 0) + 1
         store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
+        # the bar's unit of work: a token prefilled or decoded (a row's max_new_tokens, the rest
+        # credited when it stops early); a sample's greedy copies cost nothing
+        nodes = {id(n): n for _, node in order for n in node.path()}
+        work = progress.Work(len(prompts), sum(len(n.tokens) for n in nodes.values()) + len(order) * gen.max_new_tokens)
         self._kept = {}
         results: list[Decoded | None] = [None] * len(prompts)
         scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
@@ -78,19 +82,16 @@ class PrefixDecoder:
             for i, node in chunk:
                 path = node.path()
                 cached.append(sum(len(n.tokens) for n in path if id(n) in store))
-                self._prefill(path, store)
+                self._prefill(path, store, work)
                 if continuations and continuations[i] and id(node) not in scores:
                     scores[id(node)] = self._score(node, store, continuations[i])
-            # a finished row is its sample and the greedy copies of it
-            weights = [len(node.ends) if copy else 1 for _, node in chunk]
             t1 = time.perf_counter()
             ended = [t1] * len(chunk)
 
             def finished(r: int) -> None:
                 ended[r] = time.perf_counter()
-                progress.advance(weights[r])
 
-            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk], finished)
+            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk], work, finished)
             batch = time.perf_counter() - t0
             prompt_tokens = [len(prompts[i]) for i, _ in chunk]
             for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
@@ -108,8 +109,9 @@ class PrefixDecoder:
                         del store[id(n)]
         return [r for r in results if r is not None]
 
-    def _prefill(self, path: list[PrefixNode], store: dict) -> None:
-        """Compute the KV of every node of `path` not yet in `store`, each on top of its ancestors'."""
+    def _prefill(self, path: list[PrefixNode], store: dict, work: progress.Work) -> None:
+        """Compute the KV of every node of `path` not yet in `store`, each on top of its ancestors',
+        in chunks of at most PREFILL_CHUNK tokens (the bar moves per chunk)."""
         import torch
         from transformers import DynamicCache
 
@@ -118,12 +120,15 @@ class PrefixDecoder:
                 continue
             past = _concat_kv([store[id(n)][0] for n in path[:depth]])
             cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
-            with torch.inference_mode():
-                logits = self.model(
-                    input_ids=torch.tensor([node.tokens], device=self.device),
-                    attention_mask=torch.ones(1, node.end, dtype=torch.long, device=self.device),
-                    position_ids=torch.arange(node.start, node.end, device=self.device)[None],
-                    use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
+            for a in range(node.start, node.end, PREFILL_CHUNK):
+                b = min(a + PREFILL_CHUNK, node.end)
+                with torch.inference_mode():
+                    logits = self.model(
+                        input_ids=torch.tensor([node.tokens[a - node.start:b - node.start]], device=self.device),
+                        attention_mask=torch.ones(1, b, dtype=torch.long, device=self.device),
+                        position_ids=torch.arange(a, b, device=self.device)[None],
+                        use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
+                work.done(b - a)
             kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
             store[id(node)] = (kv, logits)
 
@@ -158,8 +163,9 @@ class PrefixDecoder:
         return out
 
     def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int],
-                finished: Callable[[int], None]) -> list[tuple[list[int], str]]:
+                work: progress.Work, finished: Callable[[int], None]) -> list[tuple[list[int], str]]:
         """Decode one left-padded batch whose row r continues the prompt ending at node ends[r];
+        each step is `work` done, one unit per row, and a row that stops early its unused tokens;
         `finished(r)` as row r ends."""
         import torch
         from transformers.generation.logits_process import (
@@ -212,6 +218,7 @@ class PrefixDecoder:
                     done[r] = tok in self.eos_ids
                 keep = [b for b, r in enumerate(rows) if not done[r]]
                 last = step == gen.max_new_tokens - 1
+                work.done(sum(gen.max_new_tokens - step if done[r] else 1 for r in rows))
                 for r in rows if last else [r for r in rows if done[r]]:
                     finished(r)
                 if not keep or last:
@@ -227,6 +234,10 @@ class PrefixDecoder:
                 positions = positions + 1
         return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
 
+
+# prompt tokens per forward in prefill: the bar moves after each chunk (within seconds on a busy CPU
+# at this size, for a 0.5B model), where a whole prompt tree's node can be thousands of tokens
+PREFILL_CHUNK = 256
 
 # a run of the prompt tree that several rows of a decode batch continue is held once and read once
 # per step when that saves at least this many positions per step (`_split`); a shorter one is copied

@@ -9,7 +9,10 @@ On the embedded model and the default ablation with 4 replicates (change either 
 - greedy, the same two: here ours decodes identical prompts once and copies the replicates, so
   this ratio also counts the decodes it skips;
 - a synthetic run of 100k records loaded into the report's DataFrame, timed;
-- peak RSS of the process;
+- analysis.report and analysis.regress over synthetic runs of 20,000 and 200,000 records (the sampled
+  run's records cycled), each in a child process: time, peak RSS, and how both grow (`harness/tools/scale.py`;
+  `--scale only` runs just that, on a scripted run of the grid; `--scale off` skips it);
+- peak RSS of the process, the hf backend's threads and why, the load average before and after;
 - where vllm is installed, a peer comparison (`harness/tools/peer.py`): the same grid, greedy, through
   backend=hf and backend=vllm, generation seconds and output identity side by side (`--peer only`
   runs just that; `--peer off` skips it).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import sys
@@ -31,9 +35,12 @@ from analysis.load import load_records
 from harness.backends import make_backend
 from harness.config.compose import compose_config, user_errors
 from harness.flow.plan import make_plan
-from harness.tools import peer
+from harness.rundir.layout import PROMPTS
+from harness.run import execute
+from harness.tools import peer, scale
 from harness.tools.peer import vllm_installed
 from harness.tools.timing import timed_run
+from harness.rundir.store import read_jsonl
 from harness.types import canonical_json
 
 GOALS = {"prefill_ratio": 0.3, "naive_over_ours": 3.0, "overhead_share": 0.05, "load_100k_s": 10.0}
@@ -86,7 +93,19 @@ def table(result: dict[str, Any]) -> str:
          f"{load['load_s']:.2f} s", f"< {GOALS['load_100k_s']:.0f} s", f"again: {load['reload_s']:.2f} s"],
         ["peak RSS", f"{result['peak_rss_mb']:.0f} MB", "", f"model load {result['model_load_s']:.1f} s"],
     ]
+    if "threads" in result["backend"]:
+        rows.append(["torch threads", result["backend"]["threads"], "", result["backend"]["threads_from"]])
+    rows.append(load_row(result))
+    if "scale" in result:
+        rows += scale.rows(result["scale"])
     return tabulate(rows, headers=["measure", "value", "goal", "note"], tablefmt="github")
+
+
+def load_row(result: dict[str, Any]) -> list[Any]:
+    before, after = result["load_before"], result["load_after"]
+    return ["load average (1, 5, 15 min) before -> after", f"{before[0]:.2f} -> {after[0]:.2f}", "",
+            f"{', '.join(f'{x:.2f}' for x in before)} -> {', '.join(f'{x:.2f}' for x in after)}; "
+            f"{os.cpu_count()} CPUs: only ratios within one run mean anything on a shared machine"]
 
 
 def _mismatches(naive: dict[str, Any], ours: dict[str, Any]) -> int:
@@ -107,17 +126,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: results/bench/<UTC time>.json)")
     parser.add_argument("--peer", choices=["auto", "off", "only"], default="auto",
                         help="hf against vllm on the same grid: auto = where vllm is installed; only = nothing else")
+    parser.add_argument("--scale", choices=["auto", "off", "only"], default="auto",
+                        help="analysis.report and analysis.regress over 20,000 and 200,000 synthetic records: "
+                             "auto = after the hf runs; only = on a scripted run of the grid, nothing else")
     parser.add_argument("--peer-repeats", type=int, default=1,
                         help="timed runs of each backend in the peer comparison, in turns; the median is reported")
     args = parser.parse_args(argv)
     if args.peer_repeats < 1:
         parser.error(f"--peer-repeats must be >= 1, got {args.peer_repeats}")
 
+    load_before = os.getloadavg()
+    if args.scale == "only":
+        return write({**scale_result(args.overrides), "load_before": load_before, "load_after": os.getloadavg()},
+                     args.out, "")
     if args.peer == "only":
         if not vllm_installed():
             print('statusbench: error: --peer only needs vllm (see the README: vLLM on a CPU machine)', file=sys.stderr)
             return 2
-        return write(peer_result(args.overrides, args.peer_repeats), args.out, "")
+        return write({**peer_result(args.overrides, args.peer_repeats), "load_before": load_before,
+                      "load_after": os.getloadavg()}, args.out, "")
     base = ["experiment.replicates=4", "run.progress=false", "run.report=false", *args.overrides]
     with user_errors():
         greedy_cfg = compose_config([*base, "model.generation.temperature=0"])
@@ -129,13 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     backend = make_backend(greedy_cfg.model, greedy_cfg.backend)
     model_load = time.perf_counter() - t0
-    backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
-    with tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:
+    with backend, tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:
+        backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
         ours = timed_run(greedy_cfg, backend, Path(tmp) / "ours", share_prefix=True)
         naive = timed_run(greedy_cfg, backend, Path(tmp) / "naive", share_prefix=False, batch_size=1)
         sampled = timed_run(sampled_cfg, backend, Path(tmp) / "sampled", share_prefix=True)
         sampled_naive = timed_run(sampled_cfg, backend, Path(tmp) / "sampled_naive", share_prefix=False, batch_size=1)
         load = load_100k(sampled["records"], Path(tmp) / "synthetic")
+        scaled = {} if args.scale == "off" else {
+            "scale": scale.analysis_scale(sampled["records"], Path(tmp) / "sampled" / PROMPTS, Path(tmp) / "scale")}
     mismatches, sampled_mismatches = _mismatches(naive, ours), _mismatches(sampled_naive, sampled)
     result = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
@@ -146,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "naive_over_ours_sampled": sampled_naive["wall_s"] / sampled["wall_s"],
         "greedy_identical": mismatches == 0, "greedy_mismatches": mismatches,
         "sampled_identical": sampled_mismatches == 0, "sampled_mismatches": sampled_mismatches,
-        "replicates_differ": replicates_differ(sampled["records"]), "load": load,
+        "replicates_differ": replicates_differ(sampled["records"]), "load": load, **scaled,
         # ru_maxrss is in KiB on Linux
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "goals": GOALS,
         **{name: {k: v for k, v in run.items() if k != "records"}
@@ -155,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.peer == "auto":
         result["peer"] = peer_result(args.overrides, args.peer_repeats)["peer"] if vllm_installed() else {"skipped": "vllm is not installed"}
+    result["load_before"], result["load_after"] = load_before, os.getloadavg()
     return write(result, args.out, table(result))
 
 
@@ -165,9 +195,32 @@ def peer_result(overrides: list[str], repeats: int = 1) -> dict[str, Any]:
             "platform": platform.platform(), "peer": summary}
 
 
+def scale_result(overrides: list[str], sizes: tuple[int, ...] = scale.SIZES) -> dict[str, Any]:
+    """analysis_scale on the records of a scripted run of the grid (every sample answered "I will not
+    call."), where no model runs."""
+    with tempfile.TemporaryDirectory(prefix="statusbench-scale-") as tmp:
+        answers = Path(tmp) / "answers.jsonl"
+        answers.touch()  # the config checks the file exists; its lines follow from the plan
+        with user_errors():
+            cfg = compose_config(["run.progress=false", "run.report=false", *overrides, "backend=scripted",
+                                  f"backend.path={answers}", "backend.match=order"])
+        answers.write_text("".join(canonical_json({"text": "I will not call."}) + "\n" for _ in make_plan(cfg)))
+        execute(cfg, {}, Path(tmp) / "run")
+        records = read_jsonl(Path(tmp) / "run" / "records.jsonl")
+        result = scale.analysis_scale(records, Path(tmp) / "run" / PROMPTS, Path(tmp) / "scale", sizes)
+    return {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
+            "platform": platform.platform(), "scale": result}
+
+
 def write(result: dict[str, Any], out: Path | None, text: str) -> int:
     if "hf" in result.get("peer", {}):
         text = (text + "\n\n" if text else "") + peer.table(result["peer"])
+    if "greedy_ours" not in result:  # --scale only, --peer only: what the full table would have said
+        from tabulate import tabulate
+
+        extra = scale.rows(result["scale"]) if "scale" in result else []
+        text = (text + "\n\n" if text else "") + tabulate([*extra, load_row(result)], headers=["measure", "value", "goal", "note"],
+                                                         tablefmt="github")
     out = out or Path("results") / "bench" / f"{result['created_at'].replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))

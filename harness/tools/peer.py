@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from contextlib import ExitStack
 from importlib.metadata import packages_distributions, version
 from pathlib import Path
 from typing import Any
@@ -68,16 +69,17 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict
                                "versions": {d: version(d) for d in ("torch", "transformers", _vllm_dist())}}
     configs = peer_configs(overrides)
     backends = {}
-    for name, cfg in configs.items():
-        t0 = time.perf_counter()
-        backends[name] = make_backend(cfg.model, cfg.backend)
-        summary[name] = {"model_load_s": time.perf_counter() - t0, "backend": backends[name].describe()}
-        backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    for turn in range(repeats):
+    with ExitStack() as engines:  # vLLM's engine processes end here, not at interpreter exit
         for name, cfg in configs.items():
-            _forget_prompts(backends[name])
-            runs[name].append(timed_run(cfg, backends[name], workdir / f"{name}-{turn}"))
+            t0 = time.perf_counter()
+            backends[name] = engines.enter_context(make_backend(cfg.model, cfg.backend))
+            summary[name] = {"model_load_s": time.perf_counter() - t0, "backend": backends[name].describe()}
+            backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
+        for turn in range(repeats):
+            for name, cfg in configs.items():
+                _forget_prompts(backends[name])
+                runs[name].append(timed_run(cfg, backends[name], workdir / f"{name}-{turn}"))
     records = {name: done[0]["records"] for name, done in runs.items()}
     for name, done in runs.items():
         texts = [[r["text"] for r in sorted(run["records"], key=_key)] for run in done]
@@ -107,6 +109,7 @@ def table(peer: dict[str, Any]) -> str:
     rows = [[f"generation s{' (median of %d, in turns)' % runs if runs > 1 else ''}", f"{hf['generate_s']:.1f}", f"{vllm['generate_s']:.1f}"],
             ["wall s (whole harness)", f"{hf['wall_s']:.1f}", f"{vllm['wall_s']:.1f}"],
             ["model load s", f"{hf['model_load_s']:.1f}", f"{vllm['model_load_s']:.1f}"],
+            ["torch threads", hf["backend"].get("threads", ""), "vLLM's own choice (its log says)"],
             ["samples / errors", f"{hf['samples']} / {hf['errors']}", f"{vllm['samples']} / {vllm['errors']}"],
             ["completion tokens", hf["completion_tokens"], vllm["completion_tokens"]]]
     if runs > 1:
