@@ -67,10 +67,11 @@ def test_api_key_never_reaches_a_file(tmp_path: Path):
 def test_retry_errors_reruns_failed_samples_and_the_newest_record_counts(tmp_path: Path):
     from analysis.load import load_records
 
-    with FaultServer(seed=0, fates={"500": 1.0}) as server:  # an outage: every sample fails
-        assert _run(server, tmp_path, "scenario.episodes_per_cell=1", "backend.max_retries=0").returncode == 0
     run_dir = tmp_path / "status_ablation" / "faults"
-    with FaultServer(seed=0, fates={"ok": 1.0}) as server:
+    # one server (its URL is part of the experiment): an outage where every sample fails, then it recovers
+    with FaultServer(seed=0, fates={"500": 1.0}) as server:
+        assert _run(server, tmp_path, "scenario.episodes_per_cell=1", "backend.max_retries=0").returncode == 0
+        server.fates = {"ok": 1.0}
         plain = _run(server, tmp_path, "scenario.episodes_per_cell=1")
         assert "12 already done, 0 new" in plain.stdout  # errors are outcomes: kept unless asked
         res = _run(server, tmp_path, "scenario.episodes_per_cell=1", "run.retry_errors=true")

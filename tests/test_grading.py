@@ -94,7 +94,8 @@ def test_a_never_call_policy_scores_half_on_the_headline():
         rows = []
         for s in plan:
             label, correct, *_ = grade(s.episode, Completion(text=text, finish_reason="stop"))
-            rows.append({"run_label": "r", "condition": s.condition, "expected": s.episode.expected, "label": label,
+            rows.append({"run_label": "r", "episode_id": s.request.episode_id, "condition": s.condition,
+                         "expected": s.episode.expected, "label": label,
                          "correct": correct, "scripted": False})
         t = tables.rates(pd.DataFrame(rows), ["run_label"]).iloc[0]
         assert t["balanced_accuracy"] == pytest.approx(0.5), policy
