@@ -19,7 +19,7 @@ import pandas as pd
 
 from harness.io.files import atomic_path, remove_stale_temporaries
 from harness.io.validate import of_type
-from harness.rundir.layout import find_runs, run_parts
+from harness.rundir.layout import find_runs, is_rollout_run, run_parts
 from harness.rundir.store import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,9 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
     path = d / "records.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{d} has no records.jsonl: is it a statusbench run directory?")
+    if is_rollout_run(d):
+        raise ValueError(f"{d} is a rollout run (experiment.mode=rollouts): its report is "
+                         f"`python -m analysis.rollouts {d}`")
     size = path.stat().st_size
     cached = d / CACHE_NAME
     if cache:

@@ -21,7 +21,7 @@ from analysis.load import grid_columns, load_records
 from analysis.section import Section, md_table, md_text
 from analysis.style import num
 from harness.io.files import os_error_message, remove_stale_temporaries, write_file
-from harness.rundir.layout import find_runs
+from harness.rundir.layout import find_runs, is_rollout_run
 
 REPORT_DIR = "report"  # where a report over several runs goes, inside their common parent
 
@@ -308,15 +308,22 @@ def default_out(run_dirs: list[Path]) -> Path:
 def runs_among(paths: list[Path]) -> list[Path]:
     """Of several command-line paths, those that may be runs, leaving out (and saying so) those a
     shell glob over a folder of runs adds that are not: files (an older report's figures) and report
-    folders (report.md, no records); FileNotFoundError when none is left. A single path is left to
+    folders (report.md, no records), and rollout runs (analysis.rollouts reports them); FileNotFoundError
+    when none is left. A single path is left to
     fail as a run, naming what it lacks."""
     if len(paths) == 1:
         return list(paths)
-    runs, skipped = [], []
+    runs, skipped, rollouts = [], [], []
     for p in paths:
-        (skipped if p.is_file() or ((p / "report.md").is_file() and not find_runs(p)) else runs).append(p)
+        if p.is_file() or ((p / "report.md").is_file() and not find_runs(p)):
+            skipped.append(p)
+        else:
+            (rollouts if is_rollout_run(p) else runs).append(p)
     if skipped:
         print(f"statusbench: skipped, no run (a file or a report folder): {', '.join(p.name for p in skipped)}")
+    if rollouts:
+        print(f"statusbench: skipped, rollout runs (their report: python -m analysis.rollouts RUN): "
+              f"{', '.join(p.name for p in rollouts)}")
     if not runs:
         raise FileNotFoundError("none of the paths given is a run directory (each holds records.jsonl)")
     return runs

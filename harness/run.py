@@ -22,9 +22,7 @@ from harness.config.compose import CONF_DIR, register, to_typed, user_errors
 from harness.config.schemas import Config, Mode
 from harness.errors import ConfigError
 from harness.flow import stages
-from harness.flow.plan import Sample, make_plan
-from harness.flow.probe import RunProbe
-from harness.flow.writer import WriterBackends, write_bars
+from harness.flow.plan import make_plan
 from harness.io.files import os_error_message
 from harness.io.secrets import argv_secret_error
 from harness.rundir import manifest
@@ -46,37 +44,11 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         with nullcontext(backend) if backend or not todo else make_backend(cfg.model, cfg.backend) as loaded:
             session = stages.start_session(run, len(plan), len(todo))
             if todo:
-                generate_all(cfg, run, todo, loaded)
+                stages.generate_all(run, todo, loaded, stages.RecordContext(cfg.model, cfg.backend.name), cfg.probe,
+                                    cfg.run.batch_size, cfg.run.progress)
         session["finished_at"] = manifest.now()
         run.write_manifest(session)
     return {"planned": len(plan), "new": len(todo)}
-
-
-def generate_all(cfg: Config, run: stages.OpenRun, todo: list[Sample], backend: Backend) -> None:
-    """Per batch: write model bars -> generate -> grade -> probe -> append."""
-    from tqdm import tqdm
-
-    run.model_info.update(backend.describe())
-    writers = WriterBackends(cfg.model, backend)
-    if cfg.probe.propensity and not backend.scores_candidates():  # unmeasured is said, not shown as a score
-        print(f"statusbench: probe.propensity: the {backend.name} backend cannot score candidates; "
-              "records carry propensity null", flush=True)
-    probe = RunProbe(cfg.model, cfg.probe, backend, run.job_dir) if cfg.probe.attention else None
-    if probe:
-        run.model_info["attention_probe"] = probe.describe()
-    ctx = stages.RecordContext(cfg.model, cfg.backend.name)
-    # the backend moves the bar by fractions of a sample as it computes (harness.progress.Work); miniters=0:
-    # every move redraws (at most every 0.1 s), where tqdm's own would wait for a whole sample
-    with tqdm(total=len(todo), unit="sample", desc="generate", disable=not cfg.run.progress, dynamic_ncols=True,
-              miniters=0, bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]") as bar:
-        for batch in stages.batches(todo, cfg.run.batch_size):
-            batch, written = write_bars(batch, writers)  # source=model conditions; {} for others
-            completions = stages.generate(backend, batch, written, bar.update)
-            records, prompts = stages.grade(batch, completions, ctx, written)
-            if probe:
-                probe.annotate(batch, completions, records)
-            run.store.append(records, prompts)
-    run.model_info.update(backend.describe())  # what generating told (e.g. the model a server reported)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -240,6 +242,12 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
     assert len(bars) == sum(r["condition"] == "status_tail" for r in steps)
     second = run_cli(*args)
     assert second.returncode == 0 and "8 already done, 0 to run" in second.stdout
+    # the single-decision report names the rollout report; pooled with another run, it leaves the rollouts out
+    alone = subprocess.run([sys.executable, "-m", "analysis.report", str(run_dir)], capture_output=True, text=True)
+    assert alone.returncode == 2 and "is a rollout run" in alone.stderr and "analysis.rollouts" in alone.stderr
+    pooled = subprocess.run([sys.executable, "-m", "analysis.report", str(run_dir), str(tmp_path / "none")],
+                            capture_output=True, text=True)
+    assert "skipped, rollout runs" in pooled.stdout and "Traceback" not in pooled.stderr
 
 
 def test_rollouts_refuse_what_they_do_not_run():

@@ -74,6 +74,26 @@ def test_a_command_that_started_an_engine_shuts_it_down_and_exits(tmp_path, comm
     assert "[shutdown] MPClient: complete" in proc.stdout + proc.stderr
 
 
+@pytest.mark.model
+def test_agent_loop_runs_on_the_offline_engine_and_reports(tmp_path):
+    """experiment=agent_loop through backend=vllm: every step a record with its tokens and vLLM's cache
+    reuse, every rollout ended, the rollout report written."""
+    proc = run_cli("experiment=agent_loop", "backend=vllm", "backend.dtype=float32", "backend.enforce_eager=true",
+                   "scenario.episodes_per_cell=1", "rollout.turns=2", "rollout.max_steps_per_turn=2",
+                   "model.generation.max_new_tokens=24", f"run.root={tmp_path}", "run.name=vllm", "run.progress=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "agent_loop" / "vllm"
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    steps = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert {r["condition"] for r in rollouts} == {"none", "status_tail"} and len(rollouts) == 2
+    assert len(steps) == sum(r["steps"] for r in rollouts) and all(s["backend"] == "vllm" for s in steps)
+    assert all(s["error"] is None and s["prompt_tokens"] > 0 and s["cached_prompt_tokens"] is not None for s in steps)
+    report = (run_dir / "report.md").read_text()
+    for title in ("Rollouts: violations per rollout", "Thinking per step against context length",
+                  "Prompt-cache reuse per strategy"):
+        assert f"## {title}" in report
+
+
 # --- the OpenAI-compatible server -----------------------------------------------------------------
 
 def server_command(model: str, port: int) -> list[str]:

@@ -51,6 +51,7 @@ class HFBackend(Backend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg, self.model_cfg = cfg, model_cfg
+        # the free cores before anything here computes (a conversion would count as load already there)
         self.threads, self.threads_from = threads.choose(cfg.threads)
         torch.set_num_threads(self.threads)
         self.path, self.revision = sources.resolve(model_cfg)
@@ -59,16 +60,16 @@ class HFBackend(Backend):
         revision = self.revision if not model_cfg.packaged else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, revision=revision)
+            self.renderer = PromptRenderer(self.tokenizer, model_cfg)
             self.model = AutoModelForCausalLM.from_pretrained(self.path, revision=revision, dtype=dtype).to(self.device).eval()
         except OSError as exc:  # not on the hub, no network, not a model folder
             raise ConfigError(f"model.path: cannot load {self.path!r}: {str(exc).splitlines()[0]}") from None
+        self.native_tools = self.renderer.native_tools
         self.linear = "torch"
         if cfg.onednn_linear:
             from harness.engine.linear import route_linears
 
             self.linear = "onednn" if route_linears(self.model, cfg.batch_size) else "torch"
-        self.renderer = PromptRenderer(self.tokenizer, model_cfg)
-        self.native_tools = self.renderer.native_tools
         gen_eos = self.model.generation_config.eos_token_id
         eos = set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         if self.tokenizer.eos_token_id is not None:

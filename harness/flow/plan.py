@@ -39,14 +39,14 @@ def sample_seed(base_seed: int, episode_id: str, replicate: int) -> int:
 def make_plan(cfg: Config) -> list[Sample]:
     episodes = scenarios.build_episodes(cfg.scenario)
     cfg.check_plan_size(len(episodes))
+    conditions = {name: with_model(ccfg, cfg.model) for name, ccfg in cfg.conditions.items()}
     gen = cfg.model.generation
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": asdict(gen)}
     samples: list[Sample] = []
     for episode in episodes:
         candidates = scenarios.candidates(episode) if cfg.probe.propensity else None
         no_candidates = scenarios.no_candidates(episode) if cfg.probe.propensity else None
-        for name, ccfg in cfg.conditions.items():
-            ccfg = with_model(ccfg, cfg.model)
+        for name, ccfg in conditions.items():
             shown = view(episode, ccfg)
             for replicate in range(cfg.experiment.replicates):
                 seed = sample_seed(cfg.experiment.seed, episode.id, replicate)

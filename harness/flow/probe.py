@@ -82,13 +82,13 @@ class RunProbe:
 
     def measure(self, sample: Sample, completion: Completion) -> dict[str, np.ndarray]:
         req, tok = sample.request, self.hf.tokenizer
+        gen_ids, phases = generated(tok, completion)
         shown = self.hf.renderer.chat_input(req.messages, req.tools)[0]
         shown = shown[len(shown) - len(req.messages):]  # to_hermes may add a system prompt for the tools
         parts = message_parts(req.messages, shown, req.annotations,
                               episode_region_names(sample.episode.messages, sample.episode.tags))
         regions = prompt_regions(lambda msgs: self.hf.render(replace(req, messages=msgs)), req.messages, parts)
         prompt = tok(regions.text, add_special_tokens=False, return_offsets_mapping=True)
-        gen_ids, phases = generated(tok, completion)
         names = regions.names + [GENERATED]
         token_regions = regions.token_regions(prompt["offset_mapping"])
         # None where the generation saw other tokens (or another backend generated): prefilled again
@@ -106,8 +106,8 @@ class RunProbe:
     def annotate(self, batch: list[Sample], completions: list[Completion], records: list[Record]) -> None:
         """Measure the batch, write its masses as a new part, then set each record's attention_ref
         to that part and key (the part is on disk before any record points into it)."""
-        measured = {s.sample_id: self.measure(s, c) for s, c in zip(batch, completions)
-                    if c.error is None and replay_text(c)}
+        replayed = [(s, c) for s, c in zip(batch, completions) if c.error is None and replay_text(c)]
+        measured = {s.sample_id: self.measure(s, c) for s, c in replayed}
         refs = store.append(self.run_dir, measured)
         for record in records:
             if record.sample_id in refs:

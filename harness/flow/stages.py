@@ -19,10 +19,11 @@ from omegaconf import OmegaConf
 import scenarios
 from harness import progress
 from harness.backends import Backend
-from harness.config.schemas import Config, ModelConfig
+from harness.config.schemas import Config, ModelConfig, ProbeConfig
 from harness.flow.fingerprint import Admission, admit
 from harness.flow.plan import Sample
-from harness.flow.writer import fail_unwritten
+from harness.flow.probe import RunProbe
+from harness.flow.writer import WriterBackends, fail_unwritten, write_bars
 from harness.measure.cost import cost_usd
 from harness.measure.grading import call_format
 from harness.rundir import manifest
@@ -84,6 +85,33 @@ def start_session(run: OpenRun, planned: int, new: int) -> dict[str, Any]:
                "fingerprint": short_hash(run.admission.current)}
     run.write_manifest(session)
     return session
+
+
+def generate_all(run: OpenRun, todo: list[Sample], backend: Backend, ctx: RecordContext, probe_cfg: ProbeConfig,
+                 batch_size: int, show_progress: bool) -> None:
+    """Per batch: write model bars -> generate -> grade -> probe -> append."""
+    from tqdm import tqdm
+
+    run.model_info.update(backend.describe())
+    writers = WriterBackends(ctx.model, backend)
+    if probe_cfg.propensity and not backend.scores_candidates():  # unmeasured is said, not shown as a score
+        print(f"statusbench: probe.propensity: the {backend.name} backend cannot score candidates; "
+              "records carry propensity null", flush=True)
+    probe = RunProbe(ctx.model, probe_cfg, backend, run.job_dir) if probe_cfg.attention else None
+    if probe:
+        run.model_info["attention_probe"] = probe.describe()
+    # the backend moves the bar by fractions of a sample as it computes (harness.progress.Work); miniters=0:
+    # every move redraws (at most every 0.1 s), where tqdm's own would wait for a whole sample
+    with tqdm(total=len(todo), unit="sample", desc="generate", disable=not show_progress, dynamic_ncols=True,
+              miniters=0, bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]") as bar:
+        for batch in batches(todo, batch_size):
+            batch, written = write_bars(batch, writers)  # source=model conditions; {} for others
+            completions = generate(backend, batch, written, bar.update)
+            records, prompts = grade(batch, completions, ctx, written)
+            if probe:
+                probe.annotate(batch, completions, records)
+            run.store.append(records, prompts)
+    run.model_info.update(backend.describe())  # what generating told (e.g. the model a server reported)
 
 
 def batches(samples: list[Sample], size: int) -> Iterator[list[Sample]]:

@@ -87,6 +87,7 @@ def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str,
     for samples in groups.values():
         backend, model = backend_for(samples[0].condition_cfg)
         for s, c in zip(samples, backend.generate([writer_request(s) for s in samples])):
+            cost = cost_usd(model, c)
             bar = bar_from(c.text, s.condition_cfg.status) if not c.error else None
             if bar is not None:  # the same pipeline as every bar: loop guard and turn meta stay
                 shown = view(s.episode, s.condition_cfg, bar)
@@ -94,7 +95,7 @@ def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str,
                                                                  annotations=shown.annotations()))
             info[s.sample_id] = {"bar": bar, "error": c.error, "prompt_tokens": c.prompt_tokens,
                                  "completion_tokens": c.completion_tokens, "latency_s": c.latency_s,
-                                 "cost_usd": cost_usd(model, c), "model": model.name, "scripted": c.scripted,
+                                 "cost_usd": cost, "model": model.name, "scripted": c.scripted,
                                  "text": c.text}
     return [placed.get(s.sample_id, s) for s in batch], info
 

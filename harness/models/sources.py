@@ -68,7 +68,7 @@ def _converted(cfg: ModelConfig) -> tuple[Path, str]:
 def _gguf(cfg: ModelConfig, dest: Path) -> Iterator[Path]:
     """The GGUF to convert into `dest`: the package's own file, or the parts joined (verified on the way)
     into a temporary folder beside `dest`, removed afterwards (a dead process's is removed by
-    `remove_stale_conversions`)."""
+    `resolve`)."""
     if not cfg.gguf_parts:
         yield _gguf_path(cfg)
         return
@@ -96,14 +96,6 @@ def check_parts(cfg: ModelConfig) -> None:
         parts.verify(cfg)
 
 
-def remove_stale_conversions(cache: Path) -> None:
-    """Remove the temporary folders (`harness.io.files.temporary_name`) of conversions whose process is
-    gone: one killed mid-way (155 MB for SmolLM2) would otherwise stay in the cache forever. A live
-    pid's folder is kept."""
-    for tmp in remove_stale_temporaries(cache):
-        log.info("removed %s, left by a conversion that did not finish (its process is gone)", tmp)
-
-
 def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     """(path or HF id to load from, revision). Converts a packaged GGUF on first use."""
     if not cfg.packaged:
@@ -113,8 +105,11 @@ def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     dest, digest = _converted(cfg)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
-        remove_stale_conversions(dest.parent)
         if not dest.is_dir():
             with _gguf(cfg, dest) as gguf:
                 _convert(gguf, dest)
+        # the temporary folders of conversions whose process is gone: one killed mid-way (155 MB for
+        # SmolLM2, 2.5 GB for Qwen 0.5B) would otherwise stay in the cache forever; a live pid's is kept
+        for tmp in remove_stale_temporaries(dest.parent):
+            log.info("removed %s, left by a conversion that did not finish (its process is gone)", tmp)
     return str(dest), f"gguf-sha256:{digest}"
