@@ -29,7 +29,7 @@ def test_a_quota_over_the_affinity_is_the_affinity(tmp_path, monkeypatch):
     assert threads.available_cores(tmp_path / "cpu.max") == 2
 
 
-@pytest.mark.parametrize("cores, load, expected", [(2, 0.2, 2), (2, 1.0, 1), (2, 12.4, 1), (16, 3.4, 13), (1, 0.0, 1)])
+@pytest.mark.parametrize("cores, load, expected", [(2, 0.2, 2), (2, 0.6, 2), (2, 1.0, 1), (2, 12.4, 1), (16, 3.4, 13), (1, 0.0, 1)])
 def test_auto_threads_are_the_free_cores(cores, load, expected):
     assert threads.auto_threads(cores, load) == expected
 
