@@ -32,6 +32,8 @@ def is_rollout_run(run_dir: Path) -> bool:
     for part in run_parts(Path(run_dir)):
         if (part / ROLLOUTS).exists():
             return True
+        if not (part / RECORDS).is_file():  # a FIFO would block the open; the loader names what it is
+            continue
         try:
             with open(part / RECORDS, "rb") as fh:
                 if b'"rollout_id"' in fh.readline(1 << 20):
