@@ -23,6 +23,9 @@ REFUSED = [
     ([f"backend.api_key={KEY}"], "backend.api_key: keys are never part of the config"),
     (["backend=openai", f"backend.api_key_env={KEY}"], "backend.api_key_env: must be the NAME"),
     (["backend=openai", "backend.api_key_env=Zx81hostileKEY0042abcdef"], "backend.api_key_env: must be the NAME"),
+    # a key under a harmless name, or inside a URL, is a key all the same
+    (["backend=openai", f"+backend.extra_body.x_key={KEY}"], "backend.extra_body.x_key: keys are never part of the config"),
+    (["backend=openai", f"backend.base_url=http://u:{KEY}@localhost:1/v1"], "backend.base_url: keys are never part"),
     (["+scenario.episodes_per_cel=5", "+run.reprot=false"], "scenario.episodes_per_cel: unknown key"),
     (["+run.reprot=false"], "run.reprot: unknown key"),
     (["experiment.name=../../../escaped"], "experiment.name: not a directory name"),
@@ -41,6 +44,26 @@ def test_refused_before_anything_is_written(tmp_path: Path, overrides, fragment)
     assert fragment in res.stderr and "Traceback" not in res.stderr
     assert KEY not in res.stdout + res.stderr and "Zx81hostile" not in res.stdout + res.stderr
     assert not any(tmp_path.rglob("*")), sorted(tmp_path.rglob("*"))
+
+
+def test_a_key_an_interpolation_resolves_to_is_refused_before_the_run_is_recorded(tmp_path: Path):
+    """`${oc.env:...}` passes the command-line check (the text is no key); its value would reach .hydra/ and
+    manifest.json, so the resolved config is checked too."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, pin_test_model
+
+    env = {**os.environ, "STATUSBENCH_HOSTILE_VALUE": KEY}
+    res = subprocess.run([sys.executable, "-m", "harness.run", *pin_test_model([
+        "backend=openai", "+backend.extra_body.note=${oc.env:STATUSBENCH_HOSTILE_VALUE}", f"run.root={tmp_path}"])],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "backend.extra_body.note: keys are never part of the config" in res.stderr
+    assert "Zx81hostile" not in res.stdout + res.stderr and "Traceback" not in res.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not any(p.name in ("manifest.json", "config.yaml") for p in written), written
+    assert not any(KEY.encode() in p.read_bytes() for p in written)
 
 
 def test_a_refused_second_writer_leaves_the_running_runs_files_alone(tmp_path: Path):

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config.schemas import ConditionConfig, Config, ModelConfig
 from harness.errors import ConfigError
+from harness.io.secrets import config_secret_path, secret_message
 from harness.registry import BACKENDS, FAMILIES
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -50,6 +51,9 @@ def to_typed(cfg: DictConfig, check_machine: bool = True) -> Config:
     if unknown:  # named by key only: a value may be a secret
         also = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
         raise ConfigError(f"{unknown[0]}: unknown key (not a field of the schema); check the spelling{also}")
+    secret = config_secret_path(OmegaConf.to_container(cfg, resolve=True))
+    if secret:  # from a config file or an interpolation: refused before it is written anywhere
+        raise ConfigError(secret_message(secret))
     if check_machine:
         typed.check_machine()
     return typed

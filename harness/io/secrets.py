@@ -9,11 +9,13 @@ printed.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # override keys that can only mean a credential; `api_key_env` names a variable and is checked apart
 SECRET_KEY = re.compile(r"(^|[._])(api_?key|secret|password|passwd|token|access_token|auth|authorization|bearer)$", re.I)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KEY_PREFIXES = ("sk-", "sk_", "gsk_", "hf_", "xai-", "pk-", "rk-", "Bearer ")
+CREDENTIAL_URL = re.compile(r"://[^/@\s:]+:[^/@\s]+@")  # scheme://user:password@host
 REDACTED = "[redacted]"
 MIN_RUN = 12  # this many consecutive characters of a key count as the key
 
@@ -38,9 +40,36 @@ def argv_secret_error(argv: list[str]) -> str | None:
             if value not in ("", "null") and looks_like_secret(value):
                 return (f"{key}: must be the NAME of the environment variable holding the key (e.g. OPENAI_API_KEY); "
                         "the value given looks like a key itself and is not shown. Put the key in that variable")
-        elif SECRET_KEY.search(key):
-            return (f"{key}: keys are never part of the config (it is written to .hydra/ and manifest.json); "
-                    "the value is not shown. Put the key in the environment variable named by backend.api_key_env")
+        elif SECRET_KEY.search(key) or looks_like_key_value(value):
+            return secret_message(key)
+    return None
+
+
+def secret_message(key: str) -> str:
+    return (f"{key}: keys are never part of the config (it is written to .hydra/ and manifest.json); the value "
+            "is not shown. Put the key in the environment variable named by backend.api_key_env")
+
+
+def looks_like_key_value(value: str) -> bool:
+    """A config value that is a key whatever its name: a known key prefix, or a URL with a password."""
+    return value.startswith(KEY_PREFIXES) or bool(CREDENTIAL_URL.search(value))
+
+
+def config_secret_path(node: Any, path: str = "") -> str | None:
+    """The dotted path of the first value in a resolved config (nested dicts and lists) that looks
+    like a key (`looks_like_key_value`), or None: an override under a harmless name
+    (`+backend.extra_body.x_key=sk-...`), a `${oc.env:...}` that resolved to a key, a URL with
+    credentials; all would be written to .hydra/ and manifest.json."""
+    if isinstance(node, dict):
+        children = node.items()
+    elif isinstance(node, list):
+        children = enumerate(node)
+    else:
+        return path if isinstance(node, str) and looks_like_key_value(node) else None
+    for key, child in children:
+        found = config_secret_path(child, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
     return None
 
 
