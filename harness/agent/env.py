@@ -89,6 +89,8 @@ class Environment:
         self.compact_at = episode.compact_at if cfg.compact_tokens is None else None
         # the opening ends with the user's message, which starts the guard's first turn
         self.guard = LoopGuard(guard or LoopGuardConfig())
+        streak = tally(self.messages, None).failure_streak
+        self.guard.failures = streak[1] if streak else 0  # the streak spans turns: the opening's last failures count
         users = [m for m in episode.messages if m["role"] == "user"]
         self.press = cfg.user_press if cfg.user_press is not None else (users[-1]["content"] if users else "")
         self.turn = 0
