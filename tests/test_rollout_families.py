@@ -18,6 +18,8 @@ from harness.backends import make_backend
 from harness.context.ledger import estimate_tokens
 from harness.context.loop_guard import BLOCK_MESSAGE, HALT_MESSAGE, WARN_MESSAGE
 from harness.context.todo import CYCLE_ACK
+from harness.errors import ConfigError
+from harness.flow.fingerprint import fingerprint
 from scenarios.todo_state import TodoStateConfig
 from tests.conftest import make_cfg
 from tests.test_agent_loop import Counting, _rows, _script, _without_time
@@ -180,3 +182,14 @@ def test_killed_family_rollouts_resume_to_an_uninterrupted_run(tmp_path: Path, f
     for name in ("records.jsonl", "rollouts.jsonl"):
         assert _without_time(_rows(cut / name)) == _without_time(_rows(whole / name))
     assert {p["prompt_sha256"] for p in _rows(cut / "prompts.jsonl")} == {p["prompt_sha256"] for p in _rows(whole / "prompts.jsonl")}
+
+
+def test_compact_tokens_joins_the_fingerprint_only_when_set_and_the_refusal_names_the_live_families():
+    plain = fingerprint(make_cfg("experiment=agent_loop"))
+    assert not any("compact_tokens" in k for k in plain)  # runs from before it existed still resume
+    assert fingerprint(make_cfg("experiment.mode=rollouts", "scenario=todo_state", "rollout.compact_tokens=900"))[
+        "rollout.compact_tokens"] == 900
+    with pytest.raises(ConfigError) as refused:
+        loop.plan(make_cfg("experiment.mode=rollouts", "scenario=ledger"))
+    assert str(refused.value) == ("scenario.family: the ledger family does not run as a rollout (it declares no live "
+                                  "environment); rollouts run failure_streak, loop_guard, todo_state, traces, xfinity")
