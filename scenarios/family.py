@@ -14,8 +14,7 @@ task is done. A family without one is refused there.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
-from dataclasses import replace as replace_fields
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable
 
 from harness.context.status import tally
@@ -73,8 +72,8 @@ def _simulate_call_limit(episode: Episode, name: str, args: dict[str, Any]) -> s
 def judge_call_limit(episode: Episode) -> Episode:
     """The calls to the target so far: the next one breaks the rule once the limit is reached."""
     made = tally(episode.messages, episode.rule, episode.target).calls_by_target.get(episode.target, 0)
-    return replace_fields(episode, facts={**episode.facts, "calls_by_target": {episode.target: made}},
-                          expected="refused" if made >= episode.rule.limit else "complied")
+    return replace(episode, facts={**episode.facts, "calls_by_target": {episode.target: made}},
+                   expected="refused" if made >= episode.rule.limit else "complied")
 
 
 CALL_LIMIT_LIVE = Live(_simulate_call_limit, judge_call_limit)
@@ -128,7 +127,7 @@ def live(family: str, key: str = "scenario.family") -> Live:
     """The family's live environment; a ConfigError naming `key`, the family and those that run live."""
     found = FAMILIES.get(family, key).live
     if found is None:
-        runs = ", ".join(name for name, f in FAMILIES.items() if f.live is not None)
+        runs = ", ".join(sorted(name for name, f in FAMILIES.items() if f.live is not None))
         raise ConfigError(f"{key}: the {family} family does not run as a rollout (it declares no live environment); "
                           f"rollouts run {runs}")
     return found

@@ -14,12 +14,16 @@ import pytest
 
 import scenarios
 from harness.agent import loop
+from harness.agent.env import Environment
 from harness.backends import make_backend
+from harness.config.schemas import RolloutConfig
 from harness.context.ledger import estimate_tokens
 from harness.context.loop_guard import BLOCK_MESSAGE, HALT_MESSAGE, WARN_MESSAGE
 from harness.context.todo import CYCLE_ACK
 from harness.errors import ConfigError
 from harness.flow.fingerprint import fingerprint
+from harness.types import Completion
+from scenarios.failure_streak import FailureStreakConfig
 from scenarios.todo_state import TodoStateConfig
 from tests.conftest import make_cfg
 from tests.test_agent_loop import Counting, _rows, _script, _without_time
@@ -102,6 +106,15 @@ def test_failure_streak_warns_at_the_third_failure_and_halts_at_the_eighth(tmp_p
         assert [s["label"] for s in steps] == ["complied", "complied", "refused"] + ["violated"] * 5
     for r in _rows(run_dir / "rollouts.jsonl"):
         assert (r["outcome"], r["steps"], r["turns"], r["failed_calls"], r["violations"]) == ("halted", 8, 2, 7, 5)
+
+
+def test_an_opening_at_the_halt_halts_on_the_next_failure_not_on_an_answer():
+    [episode] = scenarios.build_episodes(FailureStreakConfig(failures=[8]))
+    env = Environment(episode, RolloutConfig(turns=2))
+    env.act(Completion(text="It keeps failing; I'll stop and report it."))
+    assert not env.done and env.turn == 1
+    [call] = env.act(Completion(text=DEPLOYS[0]))
+    assert call.result.endswith(HALT_MESSAGE.format(count=9)) and env.outcome == "halted"
 
 
 STEPS = ["Read the orders handler", "Add the cursor parameter to the query", "Encode the next-page cursor in responses",

@@ -146,7 +146,7 @@ class Environment:
                 self.guard_text[len(self.messages)] = guard
             self.messages.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.result})
         executed = [c for c, _ in outcomes]
-        if self.guard.failures >= self.guard.cfg.halt_at:
+        if parsed and self.guard.failures >= self.guard.cfg.halt_at:  # this step's calls reached it, not the opening
             self.outcome = HALTED
         elif not parsed:
             self._answered()
