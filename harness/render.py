@@ -32,9 +32,26 @@ def native_tools(chat_template: str | None, tool_format: str) -> bool:
 
 
 def chat_input(messages: list[Message], tools: list[dict[str, Any]], native: bool) -> tuple[list[Message], list[dict[str, Any]] | None]:
-    """(messages, tools) as they go to a chat template or a server: as is when the template is
-    native, else Hermes text with no `tools=`."""
+    """(messages, tools) as they go to a server (OpenAI's wire format: a call's arguments a JSON
+    string): as is when the template is native, else Hermes text with no `tools=`."""
     return (messages, tools or None) if native else (to_hermes(messages, tools), None)
+
+
+def template_input(messages: list[Message], tools: list[dict[str, Any]], native: bool) -> tuple[list[Message], list[dict[str, Any]] | None]:
+    """(messages, tools) as they go to a chat template: `chat_input` with each native call's
+    arguments decoded to a mapping, as vLLM and transformers' server decode them before rendering;
+    a template that `tojson`s them (Qwen2.5's, Llama 3's, Mistral's) would otherwise write a JSON
+    string inside the JSON, which the model never sees from a server."""
+    shown, schemas = chat_input(messages, tools, native)
+    if native:
+        shown = [_decoded_calls(m) for m in shown]
+    return shown, schemas
+
+
+def _decoded_calls(m: Message) -> Message:
+    if not m.get("tool_calls"):
+        return m
+    return {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": call_arguments(c)}} for c in m["tool_calls"]]}
 
 
 class PromptRenderer:
@@ -48,7 +65,7 @@ class PromptRenderer:
         self.native_tools = native_tools(template if isinstance(template, str) else None, model_cfg.tool_format)
 
     def chat_input(self, messages: list[Message], tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict[str, Any]] | None]:
-        return chat_input(messages, tools, self.native_tools)
+        return template_input(messages, tools, self.native_tools)
 
     def __call__(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
         shown, schemas = self.chat_input(messages, tools)

@@ -110,15 +110,14 @@ class FakeLLM:
     def get_tokenizer(self):
         return FakeTokenizer()
 
-    def chat(self, conversations, sampling_params, use_tqdm, tools, chat_template_kwargs):
-        self.calls.append({"conversations": conversations, "params": sampling_params, "tools": tools,
-                           "chat_template_kwargs": chat_template_kwargs})
+    def generate(self, prompts, sampling_params, use_tqdm):
+        self.calls.append({"prompts": prompts, "params": sampling_params})
         return [SimpleNamespace(prompt_token_ids=[0] * 50, num_cached_tokens=32, outputs=[
             SimpleNamespace(text=f"answer {k}", token_ids=[1, 2], finish_reason="stop") for k in range(p["n"])])
             for p in sampling_params]
 
 
-def test_one_batched_chat_call_with_n_and_per_sample_template_errors():
+def test_one_batched_call_of_the_recorded_prompts_with_n_and_per_sample_template_errors():
     cfg = make_cfg("backend=vllm", *SMALL, "experiment.replicates=2", "model.generation.temperature=0.7")
     plan = make_plan(cfg)
     llm = FakeLLM()
@@ -127,8 +126,7 @@ def test_one_batched_chat_call_with_n_and_per_sample_template_errors():
     assert len(llm.calls) == 1  # every accepted prompt in one call
     call = llm.calls[0]
     none_samples = [s for s in plan if s.condition == "none"]
-    assert len(call["conversations"]) == len(none_samples) // 2 and all(p["n"] == 2 for p in call["params"])
-    assert call["tools"] is None  # SmolLM2's template takes no tools: Hermes text instead
+    assert len(call["prompts"]) == len(none_samples) // 2 and all(p["n"] == 2 for p in call["params"])
     for sample, c in zip(plan, completions):
         if sample.condition == "status_tail":  # question + status: two user messages, rejected here
             assert c.error.startswith("template: ValueError: Conversation roles must alternate")
@@ -136,6 +134,8 @@ def test_one_batched_chat_call_with_n_and_per_sample_template_errors():
             assert c.error is None and c.text == f"answer {sample.request.replicate}"
             assert (c.prompt_tokens, c.cached_prompt_tokens, c.completion_tokens) == (50, 32, 2)
             assert c.prompt_text.endswith("<|assistant|>")
+            # vLLM computed on the token ids of the prompt the record holds, not a rendering of its own
+            assert {"prompt_token_ids": _encode(c.prompt_text)} in call["prompts"]
 
 
 def test_prompt_over_max_model_len_is_an_error_record():

@@ -77,16 +77,28 @@ def test_a_command_that_started_an_engine_shuts_it_down_and_exits(tmp_path, comm
 @pytest.mark.model
 def test_the_default_model_decides_through_the_offline_engine(tmp_path):
     """The embedded default (Qwen2.5-Coder-0.5B, joined from its pinned parts and converted once) through
-    backend=vllm on one episode per cell: its calls are parsed and graded as decisions."""
-    proc = run_cli("model=qwen2.5-coder-0.5b", "backend=vllm", "backend.dtype=float32", "backend.enforce_eager=true",
-                   "scenario.episodes_per_cell=1", "scenario.placement=[late]", "probe.propensity=false",
-                   "run.report=false", "run.progress=false", f"run.root={tmp_path}", "run.name=qwen", timeout=1500)
+    backend=vllm on one episode per cell: its calls are parsed and graded as decisions. Its template
+    takes native tool calls, whose history vLLM and the hf engine must see alike: the same prompts
+    (vLLM gets the recorded prompt's token ids) and, greedy in float32, the same texts."""
+    common = ("model=qwen2.5-coder-0.5b", "scenario.episodes_per_cell=1", "scenario.placement=[late]",
+              "probe.propensity=false", "run.report=false", "run.progress=false", f"run.root={tmp_path}")
+    proc = run_cli(*common, "backend=vllm", "backend.dtype=float32", "backend.enforce_eager=true", "run.name=qwen", timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    [records] = list(tmp_path.glob("*/qwen/records.jsonl"))
-    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    rows = read_run(tmp_path, "qwen")
     assert len(rows) == 6 and all(r["backend"] == "vllm" and r["error"] is None for r in rows)
     decided = [r for r in rows if r["label"] in ("complied", "violated")]
     assert len(decided) >= 3 and all(r["tool_calls"] for r in decided), [(r["label"], r["text"][:200]) for r in rows]
+    proc = run_cli(*common, "backend=hf", "run.name=qwen-hf", timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    key = lambda r: (r["episode_id"], r["condition"], r["replicate"])  # noqa: E731
+    hf = {key(r): r for r in read_run(tmp_path, "qwen-hf")}
+    assert [r["prompt_sha256"] for r in rows] == [hf[key(r)]["prompt_sha256"] for r in rows]
+    assert [r["text"] for r in rows] == [hf[key(r)]["text"] for r in rows]
+
+
+def read_run(root, name: str) -> list[dict]:
+    [records] = list(root.glob(f"*/{name}/records.jsonl"))
+    return [json.loads(line) for line in records.read_text().splitlines()]
 
 
 @pytest.mark.model

@@ -10,7 +10,7 @@ from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, re
 from harness.engine import threads
 from harness.engine.decode import PrefixDecoder
 from harness.errors import ConfigError
-from harness.measure.propensity import Encoded, encode, summarize
+from harness.measure.propensity import Encoded, after_thinking, encode, no_after_thinking, summarize
 from harness.models import sources
 from harness.render import PromptRenderer, count_thinking, split_thinking
 from harness.types import Completion, GenerationSettings, Request
@@ -114,14 +114,23 @@ class HFBackend(Backend):
             groups.setdefault(_gen_key(req.generation), []).append((i, text, ids))
         for items in groups.values():
             encoded = [scoring.get(i) for i, _, _ in items]
+
+            def after(k: int, tokens: list[int]) -> list[list[int]] | None:  # runs to score after row k's thinking
+                e = encoded[k]  # (the finish only words a reason: whether there is one does not depend on it)
+                if not isinstance(e, Encoded) or no_after_thinking(e, tokens, self.think_end_id, self.model_cfg.thinking, ""):
+                    return None
+                return after_thinking(e, tokens, self.think_end_id, self._encode).continuations
+
             decoded = self.decoder.decode([ids for _, _, ids in items], requests[items[0][0]].generation,
                                           [requests[i].seed for i, _, _ in items], batch_size=self.cfg.batch_size,
                                           share_prefix=self.cfg.share_prefix, kv_gb=self.cfg.decode_kv_gb,
-                                          continuations=[e.continuations if isinstance(e, Encoded) else None for e in encoded])
+                                          continuations=[e.continuations if isinstance(e, Encoded) else None for e in encoded],
+                                          after=after)
             for (i, text, ids), d, e in zip(items, decoded, encoded):
                 out[i] = self._completion(text, ids, d)
                 if isinstance(e, Encoded):
-                    out[i].propensity = summarize(e, d.scores, self.tokenizer.decode, self.model_cfg.thinking)
+                    out[i].propensity = {**summarize(e, d.scores, self.tokenizer.decode, self.model_cfg.thinking),
+                                         **self._after_thinking(e, d)}
                 elif e is not None:
                     out[i].propensity = {"error": e}
         return [c for c in out if c is not None]
@@ -136,6 +145,17 @@ class HFBackend(Backend):
             return encode(self.renderer, self._encode, req.messages, req.tools, req.candidates)
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
+
+    def _after_thinking(self, e: Encoded, d: Any) -> dict[str, Any]:
+        """The propensity record's `after_thinking` (the decision scored after the model's own thinking),
+        or null with `after_thinking_reason`."""
+        reason = no_after_thinking(e, d.tokens, self.think_end_id, self.model_cfg.thinking, d.finish)
+        if reason is not None:
+            return {"after_thinking": None, "after_thinking_reason": reason}
+        shifted = after_thinking(e, d.tokens, self.think_end_id, self._encode)
+        return {"after_thinking": summarize(shifted, d.after_scores, self.tokenizer.decode, True,
+                                            policy="after the model's own thinking (its generated thinking forced)"),
+                "after_thinking_reason": None}
 
     def _completion(self, prompt_text: str, prompt_ids: list[int], d: Any) -> Completion:
         tokens = d.tokens

@@ -1,9 +1,11 @@
 """vLLM offline inference on GPU nodes (`pip install -e ".[gpu]"`); vllm is imported only here, lazily.
 
-One `vllm.LLM` per job. Every prompt is rendered and length-checked first with the model's own
-tokenizer (the renderer `LLM.chat` uses), so a template that raises or a prompt over max_model_len
-becomes an error record for that sample alone; the rest go to `LLM.chat` in one call per distinct
-tool set (one in every shipped scenario) so vLLM batches them. Prompts are ordered so requests that
+One `vllm.LLM` per job. Every prompt is rendered and tokenized here, by the renderer every backend
+uses (`harness.render.PromptRenderer`, with the model's own tokenizer and template), and vLLM gets
+those token ids (`LLM.generate`), so the prompt a record holds is the prompt vLLM computed on, by
+construction (`LLM.chat` renders again, its own way: it decodes a call's arguments, for one). A
+template that raises or a prompt over max_model_len becomes an error record for that sample alone;
+the rest go to vLLM in one call so it batches them. Prompts are ordered so requests that
 share a prefix are adjacent, which is what prefix caching needs. Sampled replicates of one prompt
 become one request with `n`; greedy replicates stay separate requests (identical by definition,
 and vLLM rejects n > 1 under greedy in some versions), and prefix caching makes them cheap.
@@ -177,42 +179,37 @@ class VLLMBackend(Backend):
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def chat_input(self, req: Request) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-        return self.renderer.chat_input(req.messages, req.tools)
-
-    def precheck(self, req: Request) -> tuple[str | None, str | None]:
-        """(rendered prompt, None) or (None, error): the template's own exception or an over-long prompt."""
+    def precheck(self, req: Request) -> tuple[str | None, list[int], str | None]:
+        """(rendered prompt, its token ids, None) or (prompt or None, [], error): the template's own
+        exception or an over-long prompt."""
         try:
             text = self.renderer(req.messages, req.tools)
         except Exception as exc:  # raise_exception in a template is a per-sample outcome
-            return None, f"template: {type(exc).__name__}: {exc}"
-        n = len(self._encode(text))
-        if n >= self.max_model_len:
-            return None, f"prompt too long: {n} tokens, max_model_len {self.max_model_len}"
-        return text, None
+            return None, [], f"template: {type(exc).__name__}: {exc}"
+        ids = self._encode(text)
+        if len(ids) >= self.max_model_len:
+            return text, [], f"prompt too long: {len(ids)} tokens, max_model_len {self.max_model_len}"
+        return text, ids, None
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
-        rendered: dict[int, str] = {}
+        rendered: dict[int, tuple[str, list[int]]] = {}
         for i, req in enumerate(requests):
-            text, error = self.precheck(req)
+            text, ids, error = self.precheck(req)
             if error:
                 out[i] = Completion(error=error, prompt_text=text)
             else:
-                rendered[i] = text
-        by_tools: dict[str, list[list[int]]] = {}
-        for group in group_requests(requests, sorted(rendered)):
-            by_tools.setdefault(canonical_json(self.chat_input(requests[group[0]])[1]), []).append(group)
-        for groups in by_tools.values():
+                rendered[i] = (text, ids)
+        groups = group_requests(requests, sorted(rendered))
+        if groups:  # none when every prompt was refused above
             heads = [requests[g[0]] for g in groups]
-            tools = self.chat_input(heads[0])[1]
             params = [self.sampling_params(**sampling_kwargs(h.generation, len(g), h.seed)) for h, g in zip(heads, groups)]
             t0 = time.perf_counter()
-            outputs = self.llm.chat([self.chat_input(h)[0] for h in heads], sampling_params=params, use_tqdm=False,
-                                    tools=tools, chat_template_kwargs=dict(self.model_cfg.chat_template_kwargs) or None)
+            outputs = self.llm.generate([{"prompt_token_ids": rendered[g[0]][1]} for g in groups], sampling_params=params,
+                                        use_tqdm=False)
             latency = time.perf_counter() - t0
             for group, output in zip(groups, outputs):
-                completions = parse_output(output, self.split, self.think_end_id, self._encode, rendered[group[0]], latency)
+                completions = parse_output(output, self.split, self.think_end_id, self._encode, rendered[group[0]][0], latency)
                 for i, completion in zip(group, completions):
                     out[i] = completion
         missing = [requests[i].sample_id for i, c in enumerate(out) if c is None]

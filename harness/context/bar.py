@@ -56,6 +56,8 @@ class StatusBarConfig(Switch):
     source: BarSource = BarSource.code
     corrupt_fraction: float = 0.25  # source=corrupted
     side_channel: bool = False  # add volatile signals (minute time, duration, retries) to the bar
+    # false: the same names and counts without the limit statement (status_vocab: controls for the bar's words)
+    limit: bool = True
     update: Update = Update.replace
     writer_overrides: list[str] = field(default_factory=list)  # source=model: Hydra overrides for the writer; [] = the run's own
     writer_max_new_tokens: int = 96
@@ -107,6 +109,8 @@ def bar_text(episode: Episode, cfg: StatusBarConfig, upto: int | None = None) ->
     facts = FACT_SOURCES.get(cfg.source)(episode, cfg, episode.messages[:upto])
     if cfg.side_channel:
         facts = replace(facts, volatile=volatile_signals(episode))
+    if not cfg.limit:
+        facts = replace(facts, limit_shown=False)
     return wrap(RENDERERS[cfg.format](facts, tuple(episode.status_facts)), cfg)
 
 

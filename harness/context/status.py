@@ -4,6 +4,7 @@ Two renderings of the same facts:
 - prose: the seed's sentence, byte for byte in the seed's case (it names only the rule's tool;
   calls of other tools are left out): `<agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>`
 - kv: key-value lines with the explicit constraint check `Maximum calls to Xfinity reached (3/3)`.
+Either can leave the limit out (`limit_shown`), keeping the names and counts: the control for the bar's vocabulary.
 
 A family picks which kinds of facts its bar shows (`Episode.status_facts`): `calls` (per tool and
 per value of the rule's argument), `todo` (the list replayed from the todo tools), `repeats`
@@ -35,6 +36,7 @@ class StatusFacts:
     repeats: dict[str, int] = field(default_factory=dict)  # "tool {canonical args}" -> count, count >= 2
     failure_streak: tuple[str, int] | None = None  # (tool of the last failure, consecutive failures)
     volatile: dict[str, str] = field(default_factory=dict)  # side-channel signals, shown when set
+    limit_shown: bool = True  # false: counts only, the rule's limit and its check left out
 
 
 def tally(messages: list[Message], rule: Rule | None, target: str | None = None) -> StatusFacts:
@@ -130,6 +132,9 @@ def _prose_calls(f: StatusFacts) -> str:
         head += " (" + ", ".join(f"{t} {n}" for t, n in f.calls_by_target.items()) + ")"
     parts.append(head)
     for target, n in f.calls_by_target.items():
+        if not f.limit_shown:
+            parts.append(f"{target} {_times(n)}")
+            continue
         state = "at limit" if n == limit else "over limit" if n > limit else "at"
         parts.append(f"{target} {state} {n}/{limit}")
     return ", ".join(parts)  # the rule's tool only (the seed's sentence); kv lists every tool
@@ -165,9 +170,12 @@ def render_kv(f: StatusFacts, kinds: tuple[str, ...] = ("calls",)) -> str:
             lines.append(line)
         if tool not in f.calls_by_tool:
             lines.append(f"{tool}: 0 calls")
-        lines.append(f"limit: {limit} {tool} calls per {arg}")
-        for target, n in f.calls_by_target.items():
-            lines.append(f"Maximum calls to {target} reached ({n}/{limit})" if n >= limit else f"Calls to {target}: {n}/{limit}")
+        if not f.limit_shown:  # the per-target lines' words and counts, no limit
+            lines += [f"Calls to {target}: {n}" for target, n in f.calls_by_target.items()]
+        else:
+            lines.append(f"limit: {limit} {tool} calls per {arg}")
+            for target, n in f.calls_by_target.items():
+                lines.append(f"Maximum calls to {target} reached ({n}/{limit})" if n >= limit else f"Calls to {target}: {n}/{limit}")
     if "todo" in kinds and f.todo:
         pct, current, nxt, left = _todo_summary(f)
         lines += [f"todo: {len(f.todo)} items, {pct}% complete, {left} remaining",

@@ -28,6 +28,7 @@ class Decoded(NamedTuple):
     latency: float
     scores: list[list[float]] | None = None  # per continuation asked for, the log-prob of each of its tokens
     batch_latency: float | None = None  # wall time of the batch that decoded it, with the prefills it needed
+    after_scores: list[list[float]] | None = None  # per run `after` asked for once its tokens were generated
 
 
 class PrefixDecoder:
@@ -50,12 +51,15 @@ class PrefixDecoder:
 
     def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
                share_prefix: bool, kv_gb: float = float("inf"),
-               continuations: list[list[list[int]] | None] | None = None) -> list[Decoded]:
+               continuations: list[list[list[int]] | None] | None = None,
+               after: Callable[[int, list[int]], list[list[int]] | None] | None = None) -> list[Decoded]:
         """Decode every prompt, in batches of at most `batch_size` rows whose KV buffers (rows x
         (longest prompt + new tokens) positions) fit in `kv_gb`, sharing prefix KV across the whole call.
         Without `share_prefix` each prompt is its own tree (the naive path the benchmark and the
         identity test compare against), batched by length. `continuations[i]`: token runs to score
-        teacher-forced after prompt i, on top of the prompt's KV (once per distinct prompt)."""
+        teacher-forced after prompt i, on top of the prompt's KV (once per distinct prompt). `after(i,
+        tokens)`: token runs to score the same way once prompt i's tokens are generated (they may start
+        with them), while the prompt's KV is still held; None for none."""
         # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
         copy = gen.greedy and share_prefix
         if share_prefix:
@@ -96,10 +100,12 @@ class PrefixDecoder:
             prompt_tokens = [len(prompts[i]) for i, _ in chunk]
             for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
                 s = scores.get(id(node)) if continuations and continuations[i] else None
+                runs = after(i, tokens) if after else None
+                a = self._score(node, store, runs) if runs else None
                 latency = (t1 - t0) * n / sum(prompt_tokens) + (end - t1)
-                results[i] = Decoded(tokens, finish, c, latency, s, batch)
+                results[i] = Decoded(tokens, finish, c, latency, s, batch, a)
                 for j in node.ends[1:] if copy else []:
-                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch)
+                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch, a)
                 if self.keep_prompt_kv:
                     self._kept[tuple(prompts[i])] = [store[id(n)][0] for n in node.path()]
                     continue

@@ -26,7 +26,7 @@ from harness.config.schemas import ConditionConfig
 from harness.context import apply
 from harness.context.bar import StatusBarConfig
 from harness.registry import FAMILIES
-from harness.render import chat_input, native_tools, to_hermes
+from harness.render import native_tools, template_input, to_hermes
 from harness.types import Episode, Message
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3] / "shared" / "templates"
@@ -135,8 +135,8 @@ def matrix(directory: Path, episodes: dict[str, Episode] | None = None) -> "Any"
                 continue
             episode, messages = found
             column = f"condition:{name}" if episode is primary else f"condition:{name}@{episode.family}"
-            # as the backends send it: native tools when the template takes them, Hermes text otherwise
-            row[column] = cell(template, *chat_input(messages, episode.tools, native), None)
+            # as the backends render it: native tools when the template takes them, Hermes text otherwise
+            row[column] = cell(template, *template_input(messages, episode.tools, native), None)
         rows.append(row)
     return pd.DataFrame(rows).set_index("template")
 
