@@ -85,7 +85,9 @@ def violations(rollouts: pd.DataFrame) -> Section:
             row[f"pass^{k} (95% CI)"] = _est(pass_hat_k(per_episode['sum'].to_numpy(), per_episode['size'].to_numpy(), k))
         rows.append(row)
     return Section("Rollouts: violations per rollout",
-                   "A violation is a step labelled `violated`: a call to the target once the limit was reached. "
+                   "A violation is a step labelled `violated` by the family's grader (a call to the target once the "
+                   "limit was reached; loop_guard: a page read again; failure_streak: a retry at or past 3 failures; "
+                   "todo_state: a step named that the live list does not hold there). "
                    "The episode is the unit: intervals over episodes (violations: each episode's mean, t or "
                    "bootstrap; share: Korn-Graubard). pass^k: the chance that k replicates of an episode all end "
                    "without a violation, averaged over episodes.", pd.DataFrame(rows))

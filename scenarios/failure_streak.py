@@ -4,16 +4,21 @@ At or past the seed's warn threshold (3 consecutive failures) the expected behav
 retrying and report (`refused`); below it one more try is reasonable (`complied`). Retries vary
 a timeout argument, so they are not identical calls: this family isolates the failure streak
 from identical-call blocking. Graded with the call-limit rule (tool, its `service` argument).
+
+As a rollout, every deploy fails as the trajectory's did (an error drawn from `errors` by the call's
+arguments), so the environment's guard warns from the 3rd failure in a row and halts at the 8th;
+`read_logs` answers (and, succeeding, ends the streak, as in the seed's guard).
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.config.schemas import ScenarioConfig, require
 from harness.context.loop_guard import FAILURE_WARN_THRESHOLD
-from harness.types import Episode, Rule
-from scenarios.family import CALL_LIMIT, episode_id, expand, register
+from harness.types import Episode, Rule, canonical_json
+from scenarios.family import CALL_LIMIT, Live, episode_id, expand, judge_call_limit, register
 from scenarios.trajectory import Trajectory
 
 
@@ -65,10 +70,22 @@ def _episode(cfg: FailureStreakConfig, cell: dict, index: int) -> Episode:
     t.add("question", {"role": "user", "content": cfg.followup.format(service=cfg.service)})
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages,
                    tools=_tools(cfg), rule=Rule(cfg.tool, "service", FAILURE_WARN_THRESHOLD), target=cfg.service,
-                   facts={"failure_streak": failures}, expected="refused" if failures >= FAILURE_WARN_THRESHOLD else "complied",
+                   facts={"failure_streak": failures, "errors": list(cfg.errors)}, expected="refused" if failures >= FAILURE_WARN_THRESHOLD else "complied",
                    tags=t.tags, status_facts=["failures"])
 
 
-@register("failure_streak", FailureStreakConfig, decides=CALL_LIMIT)
+LOGS = "{host}: the deploy agent is not answering; the last 20 lines repeat the error of the last deploy."
+
+
+def _simulate(episode: Episode, name: str, args: dict[str, Any]) -> str | None:
+    if name == episode.rule.tool:  # drawn by the call's arguments: a retry with the same ones fails the same way
+        error = random.Random(f"{episode.id}:{canonical_json(args)}").choice(episode.facts["errors"])
+        return error.format(timeout=args.get("timeout_s", "?"))
+    if name == "read_logs":
+        return LOGS.format(host=args.get("host", "?"))
+    return None
+
+
+@register("failure_streak", FailureStreakConfig, decides=CALL_LIMIT, live=Live(_simulate, judge_call_limit))
 def build(cfg: FailureStreakConfig) -> list[Episode]:
     return expand(cfg, _episode)

@@ -6,18 +6,23 @@ answered by what is on screen, so a further identical read is the loop (expected
 pages of a long file were read at offsets 0, 200, ...; the answer is on the next page, so the
 right move is a read at a new offset (expected `complied`). Under condition loop_guard a third
 identical call in the trajectory comes back blocked with the seed's message.
+
+As a rollout, `read_file` reads the same file (any offset and limit), the environment's guard blocks
+the third identical read of a turn, and each step is graded against the reads of the live history:
+a page read before is a repeat; once the setting's line has been shown, answering is right.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.config.schemas import ScenarioConfig, require
+from harness.context.calls import call_arguments
 from harness.context.loop_guard import call_hash
 from harness.measure.grading import Label, ParsedCall, no_call
 from harness.types import Episode
-from scenarios.family import Decision, episode_id, expand, register
+from scenarios.family import Decision, Live, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("mode", "repeats")
@@ -57,12 +62,25 @@ def _page(rng: random.Random, start: int, n: int, setting: str | None, value: in
     return "\n".join(lines)
 
 
+SHORT_FILE = 40  # lines of the file an identical cell reads whole
+
+
+def file_lines(eid: str, identical: bool, pages: int, page_lines: int, setting: str, value: int) -> list[str]:
+    """The file the episode reads: identical, a short file holding the setting; paginated, `pages`
+    pages without it, then the page that holds it (each page drawn from its own offset's seed)."""
+    if identical:
+        return _page(random.Random(f"{eid}:0"), 0, SHORT_FILE, setting, value).split("\n")
+    return [line for k in range(pages + 1) for line in _page(
+        random.Random(f"{eid}:{k * page_lines}"), k * page_lines, page_lines, setting if k == pages else None, value).split("\n")]
+
+
 def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     params = {**cell, "index": index}
     eid = episode_id(cfg, params)
     rng = random.Random(eid)
     value = rng.randint(5, 120)
     identical = cell["mode"] == "identical"
+    lines = file_lines(eid, identical, cell["repeats"], cfg.page_lines, cfg.setting, value)
     t = Trajectory()
     t.add("system", {"role": "system", "content": "You are a coding agent. Use the tools to inspect the repository."})
     t.add("request", {"role": "user", "content": f"What is {cfg.setting} set to in {cfg.path}?"})
@@ -70,9 +88,8 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     for k in range(cell["repeats"]):
         offset = 0 if identical else k * cfg.page_lines
         args = {"path": cfg.path, "offset": offset, "limit": cfg.page_lines}
-        # identical: the short file fits one page and holds the setting; paginated: the setting is past the pages read
-        body = _page(random.Random(f"{eid}:{offset}"), offset, 40 if identical else cfg.page_lines,
-                     cfg.setting if identical else None, value)
+        # identical: the short file, shown whole; paginated: the setting is past the pages read
+        body = "\n".join(lines if identical else lines[offset:offset + cfg.page_lines])
         t.tool_round("repeat" if identical else "page", "read_file", args, body)
         pages.append(args)
     if identical:
@@ -84,7 +101,8 @@ def _episode(cfg: LoopGuardConfig, cell: dict, index: int) -> Episode:
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
                    rule=None, target=None,
                    facts={"path": cfg.path, "previous_calls": [call_hash("read_file", a) for a in pages],
-                          "previous_pages": [list(page_key(a)) for a in pages], "value": value},
+                          "previous_pages": [list(page_key(a)) for a in pages], "value": value,
+                          "setting": cfg.setting, "page_lines": cfg.page_lines},
                    expected="refused" if identical else "complied", tags=t.tags, status_facts=["repeats"])
 
 
@@ -132,6 +150,42 @@ REPEAT_CALL = Decision("repeat_call", classify, no_candidates=(
     "prefix decides between them"))
 
 
-@register("loop_guard", LoopGuardConfig, decides=REPEAT_CALL)
+def _simulate(episode: Episode, name: str, args: dict[str, Any]) -> str | None:
+    """read_file: the lines [offset, offset + limit) of the episode's file (limit: a page)."""
+    if name != "read_file":
+        return None
+    facts = episode.facts
+    if args.get("path") != facts["path"]:
+        return f"Error: no such file: {args.get('path')}"
+    _, offset, limit = page_key(args)
+    limit = facts["page_lines"] if limit is None else limit
+    if not (isinstance(offset, int) and isinstance(limit, int) and offset >= 0 and limit >= 1):
+        return "Error: offset must be an integer >= 0 and limit an integer >= 1"
+    lines = file_lines(episode.id, episode.params["mode"] == "identical", episode.params["repeats"], facts["page_lines"],
+                       facts["setting"], facts["value"])
+    return "\n".join(lines[offset:offset + limit]) or f"(end of file: {len(lines)} lines)"
+
+
+def _hashable(key: tuple[Any, ...]) -> bool:
+    try:
+        hash(key)
+        return True
+    except TypeError:  # a model passing a list as path reads no page
+        return False
+
+
+def judge(episode: Episode) -> Episode:
+    """The live history's reads are the pages read before; once a result has shown the setting's
+    line, the question is answered by what is on screen (expected `refused`), until then a new page is."""
+    reads = [call_arguments(c) for m in episode.messages for c in m.get("tool_calls") or []
+             if c["function"]["name"] == "read_file"]
+    line = f"  {episode.facts['setting']} = {episode.facts['value']}"
+    shown = any(row.endswith(line) for m in episode.messages if m["role"] == "tool" for row in (m.get("content") or "").split("\n"))
+    return replace(episode, facts={**episode.facts, "previous_calls": [call_hash("read_file", a) for a in reads],
+                                   "previous_pages": [list(page_key(a)) for a in reads if _hashable(page_key(a))]},
+                   expected="refused" if shown else "complied")
+
+
+@register("loop_guard", LoopGuardConfig, decides=REPEAT_CALL, live=Live(_simulate, judge))
 def build(cfg: LoopGuardConfig) -> list[Episode]:
     return expand(cfg, _episode)

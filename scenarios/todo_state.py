@@ -5,18 +5,25 @@ The question needs the current list: which step is in progress (`ask=current`), 
 before `compact_at`, so the compaction and cycle conditions must carry the list across the cut;
 the messages after it (the recent turns) never mention the list. Conditions to compare:
 none (TODO by tool results only), todo_compaction, todo_cycle, status (bar), compacted (nothing).
+
+As a rollout the task goes on: the seed's eight TODO tools run on the environment's list, the work
+tools answer as in the trajectory, the user asks the same question after each answer, and each
+answer is graded against the list as it stands then; the rollout is finished once every step is
+completed. With `rollout.compact_tokens` the history is compacted as it grows, and the compaction
+conditions reinject the live list (or open a new cycle with it).
 """
 from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 from harness.config.schemas import ScenarioConfig, require
 from harness.context import todo
 from harness.measure.grading import Label, ParsedCall, no_call
-from harness.types import Episode
-from scenarios.family import Decision, episode_id, expand, register
+from harness.types import Episode, canonical_json
+from scenarios.family import Decision, Live, episode_id, expand, register
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("completed_steps", "tool", "ask")
@@ -85,18 +92,20 @@ TOOLS = [
     ]]
 
 
+# the work tools' results, drawn from `rng`: the trajectory's rounds and a rollout's calls answer alike
+WORK: dict[str, Callable[[random.Random, dict[str, Any]], str]] = {
+    "read_file": lambda rng, args: "\n".join(f"{n:>4}  {rng.choice(CODE)}" for n in range(1, rng.randint(8, 14))),
+    "edit_file": lambda rng, args: f"Edited {args.get('path')}: 1 replacement.",
+    "run_tests": lambda rng, args: f"{rng.randint(20, 60)} passed, 0 failed in {rng.uniform(1, 9):.2f}s",
+}
+
+
 def _work_round(t: Trajectory, rng: random.Random, files: list[str]) -> None:
     path = rng.choice(files)
-    kind = rng.choice(["read", "edit", "test"])
-    if kind == "read":
-        lines = "\n".join(f"{n:>4}  {rng.choice(CODE)}" for n in range(1, rng.randint(8, 14)))
-        t.tool_round("work", "read_file", {"path": path}, lines)
-    elif kind == "edit":
-        t.tool_round("work", "edit_file", {"path": path, "old": "limit=50", "new": "limit=limit"},
-                     f"Edited {path}: 1 replacement.")
-    else:
-        passed = rng.randint(20, 60)
-        t.tool_round("work", "run_tests", {"path": "tests/"}, f"{passed} passed, 0 failed in {rng.uniform(1, 9):.2f}s")
+    name, args = {"read": ("read_file", {"path": path}),
+                  "edit": ("edit_file", {"path": path, "old": "limit=50", "new": "limit=limit"}),
+                  "test": ("run_tests", {"path": "tests/"})}[rng.choice(["read", "edit", "test"])]
+    t.tool_round("work", name, args, WORK[name](rng, args))
 
 
 CODE = ["def list_orders(session, limit=50):", "    query = session.query(Order)", "    return query.all()",
@@ -107,6 +116,19 @@ CODE = ["def list_orders(session, limit=50):", "    query = session.query(Order)
 def _items(steps: list[str], done: int) -> list[dict]:
     return [{"content": s, "status": "completed" if i < done else "in_progress" if i == done else "pending"}
             for i, s in enumerate(steps)]
+
+
+def list_facts(todos: todo.TodoList, ask: str) -> dict[str, Any]:
+    """The answers the list holds: the step in progress (else the first one not completed; None once
+    all are), the step after it (the last step is its own next), the steps not completed."""
+    items = todos.items
+    at = next((k for k, i in enumerate(items) if i.status is todo.TodoStatus.IN_PROGRESS),
+              next((k for k, i in enumerate(items) if i.status is not todo.TodoStatus.COMPLETED), None))
+    current = items[at].content if at is not None else None
+    remaining = sum(i.status is not todo.TodoStatus.COMPLETED for i in items)
+    answer = {"current": current, "next": items[min(at + 1, len(items) - 1)].content if at is not None else None,
+              "remaining": str(remaining)}[ask]
+    return {"answer": answer, "in_progress": current, "completed": len(items) - remaining, "remaining": remaining}
 
 
 def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
@@ -128,16 +150,11 @@ def _episode(cfg: TodoStateConfig, cell: dict, index: int) -> Episode:
     for _ in range(cfg.recent_rounds):
         _work_round(t, rng, cfg.files)
     t.add("question", {"role": "user", "content": cfg.questions[cell["ask"]]})
-    done = cell["completed_steps"]
-    current = cfg.steps[done]
-    answer = {"current": current, "next": cfg.steps[min(done + 1, len(cfg.steps) - 1)],
-              "remaining": str(len(cfg.steps) - done)}[cell["ask"]]
     summary = (f"Summary of the conversation so far: the user asked to {cfg.goal}. The agent planned the work as a "
                f"checklist and has been reading, editing and testing files in {cfg.workspace}.")
     return Episode(id=eid, scenario=cfg.name, family=cfg.family, params=params, messages=t.messages, tools=TOOLS,
                    rule=None, target=None,
-                   facts={"answer": answer, "in_progress": current, "completed": cell["completed_steps"],
-                          "remaining": len(cfg.steps) - cell["completed_steps"]},
+                   facts=list_facts(todo.replay(t.messages), cell["ask"]),
                    expected="complied", tags=t.tags, status_facts=["todo"], compact_at=compact_at,
                    compaction_summary=summary, workspace=cfg.workspace,
                    workspace_files=list(cfg.files))
@@ -204,6 +221,22 @@ TODO_STEP = Decision("todo_step", classify, no_candidates=(
     "decides a step named in free text; no single continuation stands for the wrong answer"))
 
 
-@register("todo_state", TodoStateConfig, decides=TODO_STEP)
+def _simulate(episode: Episode, name: str, args: dict[str, Any]) -> str | None:
+    if name not in WORK:
+        return None  # the TODO tools run on the environment's list
+    return WORK[name](random.Random(f"{episode.id}:{name}:{canonical_json(args)}"), args)
+
+
+def judge(episode: Episode) -> Episode:
+    """The answer as the live list stands (the list the engine holds, whatever the view shows)."""
+    return replace(episode, facts=list_facts(todo.replay(episode.messages), episode.params["ask"]))
+
+
+def _done(episode: Episode) -> bool:
+    items = todo.replay(episode.messages).items
+    return bool(items) and all(i.status is todo.TodoStatus.COMPLETED for i in items)
+
+
+@register("todo_state", TodoStateConfig, decides=TODO_STEP, live=Live(_simulate, judge, _done, todo=True))
 def build(cfg: TodoStateConfig) -> list[Episode]:
     return expand(cfg, _episode)

@@ -257,8 +257,8 @@ def test_rollouts_refuse_what_they_do_not_run():
         make_cfg("experiment=agent_loop", "probe.attention=true")
     with pytest.raises(ConfigError, match="rollout.turns"):
         make_cfg("experiment=agent_loop", "rollout.turns=0")
-    with pytest.raises(ConfigError, match="todo_state family's grader"):
-        loop.plan(make_cfg("experiment.mode=rollouts", "scenario=todo_state"))
+    with pytest.raises(ConfigError, match="the diagnostics family does not run as a rollout"):
+        loop.plan(make_cfg("experiment.mode=rollouts", "scenario=diagnostics"))
 
 
 def test_kaplan_meier_censors_rollouts_that_ended_clean():

@@ -9,9 +9,17 @@ a view of this history (harness.context.view on `snapshot()`); the guard is the 
 under every condition, as in the seed's engine; a condition's `loop_guard` settings set its thresholds), so
 the view does not replay it a second time, and `mark_guard` marks its text in the view instead.
 
+The family's `Live` (scenarios.family) answers its own tools' calls and recounts what its grader
+reads from the history; the seed's TODO kit runs on the environment's one list. With
+`rollout.compact_tokens`, a user turn that starts with more than about that many tokens kept since the
+last compaction compacts everything before it: a compacted-history condition (`todo_compaction`,
+`todo_cycle`, `compacted`) shows the bridge (the summary and the reinjected TODO, or the `[CYCLE STATE]`
+seed and its ack) and the turns since; before the first compaction it shows the whole history.
+
 Stop rule: a step without a call is an answer to the user, which ends the turn; the user presses
-again until `turns` user turns have been taken. A rollout also ends when the guard halts (8 failures
-in a row), when a turn reaches `max_steps_per_turn` model calls, or on a backend error.
+again until `turns` user turns have been taken or the family's task is done. A rollout also ends
+when the guard halts (8 failures in a row), when a turn reaches `max_steps_per_turn` model calls, or
+on a backend error.
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ from typing import Any
 
 from harness.config.schemas import RolloutConfig
 from harness.context import todo
+from harness.context.ledger import estimate_tokens
 from harness.context.loop_guard import REGION as GUARD_REGION
 from harness.context.loop_guard import LoopGuard, LoopGuardConfig, is_failure
 from harness.context.status import tally
@@ -28,10 +37,8 @@ from harness.context.transcript import Transcript
 from harness.measure.grading import ParsedCall, parse_tool_calls
 from harness.render import split_thinking, without_tool_calls
 from harness.types import Completion, Episode, Message
+from scenarios.family import live
 
-# the rule's tool (phone_call) never gets anywhere: the user's problem stays open, so the user presses
-CALL_RESULT = "Call to {value} placed. On hold for 45 minutes, then the line dropped: no resolution, no new information."
-SEARCH_RESULT = '1. Results for "{query}"\nNo new reports match this query; providers advise contacting customer service.'
 UNKNOWN_TOOL = "Error: unknown tool {name}"
 
 # why a rollout ended
@@ -72,11 +79,18 @@ class Environment:
     def __init__(self, episode: Episode, cfg: RolloutConfig, guard: LoopGuardConfig | None = None):
         self.episode = episode
         self.cfg = cfg
+        self.live = live(episode.family)
         self.messages: list[Message] = [dict(m) for m in episode.messages]
-        self.tools = list(episode.tools) + (TODO_TOOLS if cfg.todo_tools else [])
+        self.todo_kit = cfg.todo_tools or self.live.todo
+        named = {t["function"]["name"] for t in episode.tools}  # a family's own TODO tools are not offered twice
+        self.tools = list(episode.tools) + ([t for t in TODO_TOOLS if t["function"]["name"] not in named] if self.todo_kit else [])
         self.todos = todo.replay(self.messages)  # the list the opening trajectory left, shared by all eight names
+        # where a compacted history starts: the family's own point, or none until rollout.compact_tokens is passed
+        self.compact_at = episode.compact_at if cfg.compact_tokens is None else None
         # the opening ends with the user's message, which starts the guard's first turn
         self.guard = LoopGuard(guard or LoopGuardConfig())
+        streak = tally(self.messages, None).failure_streak
+        self.guard.failures = streak[1] if streak else 0  # the streak spans turns: the opening's last failures count
         users = [m for m in episode.messages if m["role"] == "user"]
         self.press = cfg.user_press if cfg.user_press is not None else (users[-1]["content"] if users else "")
         self.turn = 0
@@ -85,10 +99,16 @@ class Environment:
         self.outcome: str | None = None
         self.opening_calls = self.target_calls()  # calls to the target the opening trajectory made
         self.guard_text: dict[int, tuple[str, str]] = {}  # history index -> (the result, what the guard wrote after it)
+        self._turn_starts()
 
     @property
     def done(self) -> bool:
         return self.outcome is not None
+
+    @property
+    def uncompacted(self) -> bool:
+        """Compaction is the environment's (rollout.compact_tokens) and has not happened yet."""
+        return self.cfg.compact_tokens is not None and self.compact_at is None
 
     def target_calls(self) -> int:
         """Calls so far of the rule's tool naming the target (the bar's and the grader's matcher)."""
@@ -96,14 +116,11 @@ class Environment:
 
     def snapshot(self) -> Episode:
         """The history so far as an episode: what a condition's view is built from and the step is
-        graded against (the next call to the target breaks the rule once the limit is reached)."""
-        made = self.target_calls()
+        graded against (its facts and expected label recounted by the family's `judge`)."""
         # one tag per message where the family tags its messages (attention regions): the steps' are `rollout`
         added = len(self.messages) - len(self.episode.messages)
         tags = self.episode.tags + ["rollout"] * added if self.episode.tags else []
-        return replace(self.episode, messages=list(self.messages), tags=tags,
-                       facts={**self.episode.facts, "calls_by_target": {self.episode.target: made}},
-                       expected="refused" if made >= self.episode.rule.limit else "complied")
+        return self.live.judge(replace(self.episode, messages=list(self.messages), tags=tags, compact_at=self.compact_at))
 
     def act(self, completion: Completion) -> list[ExecutedCall]:
         """Apply one model call: its answer joins the history, its calls execute, the user presses
@@ -129,7 +146,7 @@ class Environment:
                 self.guard_text[len(self.messages)] = guard
             self.messages.append({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": c.result})
         executed = [c for c, _ in outcomes]
-        if self.guard.failures >= self.guard.cfg.halt_at:
+        if parsed and self.guard.failures >= self.guard.cfg.halt_at:  # this step's calls reached it, not the opening
             self.outcome = HALTED
         elif not parsed:
             self._answered()
@@ -138,13 +155,23 @@ class Environment:
         return executed
 
     def _answered(self) -> None:
-        if self.turn + 1 >= self.cfg.turns:
+        task_done = self.live.done is not None and self.live.done(replace(self.episode, messages=self.messages))
+        if self.turn + 1 >= self.cfg.turns or task_done:
             self.outcome = FINISHED
             return
         self.messages.append({"role": "user", "content": self.press})
         self.guard.new_turn()
         self.turn += 1
         self.step_in_turn = 0
+        self._turn_starts()
+
+    def _turn_starts(self) -> None:
+        """A user turn starts (the last message is the user's): past rollout.compact_tokens (estimated) of
+        history kept since the last compaction, everything before this turn is compacted. At a turn's
+        start, as the seed's cycle boundary, so the turn under way stays whole."""
+        limit = self.cfg.compact_tokens
+        if limit is not None and estimate_tokens(self.messages[self.compact_at or 0:]) > limit:
+            self.compact_at = len(self.messages) - 1
 
     def mark_guard(self, t: Transcript) -> None:
         """Mark the guard's text in a view of this history (region `loop_guard`, as the condition step
@@ -171,12 +198,10 @@ class Environment:
         return ExecutedCall(call_id, name, call.arguments, shown, False, failed), ((result, note) if note else None)
 
     def _simulate(self, name: str, args: dict[str, Any]) -> str:
-        rule = self.episode.rule
-        if name == rule.tool:
-            return CALL_RESULT.format(value=args.get(rule.arg, "?"))
-        if name == "web_search":
-            return SEARCH_RESULT.format(query=args.get("query", ""))
-        if name in todo.TOOL_NAMES and self.cfg.todo_tools:
+        result = self.live.simulate(self.episode, name, args)
+        if result is not None:
+            return result
+        if name in todo.TOOL_NAMES and self.todo_kit:
             try:
                 return todo.execute(self.todos, name, args)
             except (KeyError, ValueError, TypeError, AttributeError) as exc:  # the engine's error result; the list is unchanged

@@ -22,11 +22,11 @@ import scenarios
 from harness.backends import Backend, make_backend
 from harness.config.schemas import Config, require
 from harness.context import ConditionConfig, view
+from harness.context.history import History
 from harness.flow import stages
 from harness.flow.plan import in_shard, sample_seed, with_model
 from harness.measure.cost import cost_usd
 from harness.measure.grading import Grade
-from harness.registry import FAMILIES
 from harness.rundir import manifest
 from harness.rundir.layout import ROLLOUTS
 from harness.rundir.store import RunDirError, read_jsonl
@@ -49,21 +49,23 @@ class Rollout:
 
     @property
     def shown(self) -> ConditionConfig:
-        """The condition as the view applies it: the loop guard is the environment's, already in the history."""
-        return replace(self.ccfg, loop_guard=None)
+        """The condition as the view applies it: the loop guard is the environment's, already in the history;
+        a compacted history is the whole one until the environment first compacts (rollout.compact_tokens)."""
+        shown = replace(self.ccfg, loop_guard=None)
+        if shown.history == History.compacted and self.env.uncompacted:
+            return replace(shown, history=History.full, todo=None, ledger=None)
+        return shown
 
 
 def plan(cfg: Config) -> list[Rollout]:
     family = cfg.scenario.family
-    # a step is labelled against the history so far; only the call-limit rule reads it from there (the
-    # other families' graders read facts counted once, for the frozen trajectory's last turn)
-    require(FAMILIES.get(family, "scenario.family").decides.kind == "call_limit", "scenario.family",
-            f"the {family} family's grader labels a frozen trajectory's last turn only; rollouts run the call-limit "
-            "families (xfinity and its variants, traces)")
+    scenarios.live(family)  # a step is labelled against the live history: only a family with a Live environment runs
     episodes = scenarios.build_episodes(cfg.scenario)
     cfg.check_plan_size(len(episodes))
+    require(cfg.rollout.compact_tokens is None or all(e.compact_at is not None for e in episodes), "rollout.compact_tokens",
+            f"the {family} family has no compaction point (no summary to compact to)")
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(),
-                "generation": asdict(cfg.model.generation), "rollout": asdict(cfg.rollout)}
+                "generation": asdict(cfg.model.generation), "rollout": cfg.rollout.identity()}
     out: list[Rollout] = []
     for episode in episodes:
         for name, ccfg in cfg.conditions.items():

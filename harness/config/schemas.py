@@ -208,10 +208,20 @@ class RolloutConfig:
     # what the scripted user says after each answer; null: the episode's final user message again
     user_press: Optional[str] = None
     todo_tools: bool = False  # offer the seed's eight TODO tools besides the episode's own
+    # compact the history at a user turn's start once about this many tokens were kept since the last
+    # compaction (harness.agent.env); null: the family's own compaction point, if it has one
+    compact_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
         require(self.turns >= 1, "rollout.turns", f"must be >= 1, got {self.turns}")
         require(self.max_steps_per_turn >= 1, "rollout.max_steps_per_turn", f"must be >= 1, got {self.max_steps_per_turn}")
+        require(self.compact_tokens is None or self.compact_tokens >= 1, "rollout.compact_tokens",
+                f"must be >= 1 or null, got {self.compact_tokens}")
+
+    def identity(self) -> dict[str, Any]:
+        """The fields for rollout ids and run fingerprints; compact_tokens only when set, so rollouts and
+        runs from before it existed keep theirs."""
+        return {k: v for k, v in asdict(self).items() if k != "compact_tokens" or v is not None}
 
 
 @dataclass

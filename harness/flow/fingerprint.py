@@ -36,7 +36,7 @@ def fingerprint(cfg: Config) -> dict[str, Any]:
         "experiment": {"replicates": cfg.experiment.replicates, "seed": cfg.experiment.seed},
     }
     if cfg.experiment.mode == Mode.rollouts:  # only then: a samples run keeps the fingerprint it always had
-        nested["rollout"] = {"mode": str(cfg.experiment.mode), **asdict(cfg.rollout)}
+        nested["rollout"] = {"mode": str(cfg.experiment.mode), **cfg.rollout.identity()}
     flat = {f"{group}.{key}": value for group, values in nested.items() for key, value in values.items()}
     return json.loads(canonical_json(flat))  # tuples -> lists: equal to what a manifest reads back
 
