@@ -130,23 +130,29 @@ def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section
     unit = "prompt tokens" if measured else "prompt characters"
     context = steps["prompt_tokens" if measured else "prompt_chars"].astype(float)
     think = pd.to_numeric(steps["thinking_tokens"], errors="coerce")
-    rows = []
+    rows, unmeasured = [], []
     fig = _figure()
     ax = fig.axes[0]
     for cond, idx in steps.groupby("condition", sort=True).groups.items():
         fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy(), steps.loc[idx, "episode_id"].to_numpy())
         ax.scatter(context[idx], think[idx], s=6, alpha=0.6, color=palette[cond], label=str(cond))
+        # an arm in which no step thought has no slope to show: 0 [0, 0] would read as a measured flat one
+        thought = bool(think[idx].gt(0).any())
+        if not thought and not think[idx].isna().all():
+            unmeasured.append(str(cond))
         rows.append({"condition": cond, "steps": len(idx), f"mean context ({unit})": f"{context[idx].mean():.0f}",
                      "mean thinking tokens": "n/a" if think[idx].isna().all() else f"{think[idx].mean():.1f}",
-                     f"thinking per 1k {unit} (95% CI)": _ci(fit.slope * 1000, fit.low * 1000, fit.high * 1000),
-                     "p": "n/a" if math.isnan(fit.p_value) else f"{fit.p_value:.3g}"})
+                     f"thinking per 1k {unit} (95% CI)": _ci(fit.slope * 1000, fit.low * 1000, fit.high * 1000) if thought else "not measured",
+                     "p": "not measured" if not thought else "n/a" if math.isnan(fit.p_value) else f"{fit.p_value:.3g}"})
     ax.set(xlabel=f"context ({unit})", ylabel="thinking tokens")
     ax.legend()
     save(fig, out, "rollout_thinking")
-    return Section("Thinking per step against context length",
-                   f"OLS of each step's thinking tokens on its context length ({unit}) per arm, errors clustered by episode: the seed's claim is "
-                   "that thinking grows with the context without the bar and stays flat with it.", pd.DataFrame(rows),
-                   figure="rollout_thinking")
+    text = (f"OLS of each step's thinking tokens on its context length ({unit}) per arm, errors clustered by episode: the seed's claim is "
+            "that thinking grows with the context without the bar and stays flat with it.")
+    if unmeasured:
+        text += (f" **Not measured** for {', '.join(f'`{c}`' for c in unmeasured)}: no step thought (0 thinking tokens "
+                 "throughout), which is no evidence of a flat slope.")
+    return Section("Thinking per step against context length", text, pd.DataFrame(rows), figure="rollout_thinking")
 
 
 def _figure():

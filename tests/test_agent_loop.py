@@ -285,3 +285,22 @@ def test_rollouts_on_the_embedded_model_count_prompt_and_cached_tokens(tmp_path:
     assert all(isinstance(s["prompt_tokens"], int) and isinstance(s["cached_prompt_tokens"], int) for s in steps)
     assert sum(s["cached_prompt_tokens"] for s in steps) > 0  # the arms' shared prefix, reused within a round
     assert {r["cached_prompt_tokens"] for r in rollouts} != {None}
+
+
+def test_an_arm_that_never_thought_has_no_thinking_slope(tmp_path: Path):
+    """0 thinking tokens at every step is no measured flat slope: the arm says "not measured"; an arm
+    whose steps thought gets its slope."""
+    import pandas as pd
+
+    from analysis.rollouts import thinking
+
+    n = 8
+    steps = pd.DataFrame({"condition": ["none"] * n + ["status_tail"] * n, "episode_id": [f"e{i % 4}" for i in range(2 * n)],
+                          "prompt_tokens": [1000 + 100 * (i % n) for i in range(2 * n)],
+                          "thinking_tokens": [0] * n + [50 + 10 * i + (i % 3) for i in range(n)]})
+    section = thinking(steps, tmp_path, {"none": "C0", "status_tail": "C1"})
+    rows = section.table.set_index("condition")
+    slope, p = rows.columns[-2], rows.columns[-1]
+    assert rows.loc["none", slope] == "not measured" and rows.loc["none", p] == "not measured"
+    assert rows.loc["status_tail", slope].startswith("100") and rows.loc["status_tail", p] != "not measured"
+    assert "**Not measured** for `none`" in section.text
