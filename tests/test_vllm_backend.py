@@ -101,7 +101,7 @@ class FakeLLM:
     def __init__(self, max_model_len: int = 100_000):
         self.calls = []
         self.shutdowns = 0
-        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len),
+        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_model_len, dtype="torch.bfloat16"),
                                           engine_core=SimpleNamespace(shutdown=self.shutdown))
 
     def shutdown(self):
@@ -122,6 +122,7 @@ def test_one_batched_call_of_the_recorded_prompts_with_n_and_per_sample_template
     plan = make_plan(cfg)
     llm = FakeLLM()
     backend = VLLMBackend(cfg.model, cfg.backend, llm=llm, sampling_params=dict)
+    assert backend.describe()["dtype"] == "torch.bfloat16"  # what the engine resolved, not the config's `auto`
     completions = backend.generate([s.request for s in plan])
     assert len(llm.calls) == 1  # every accepted prompt in one call
     call = llm.calls[0]
@@ -192,6 +193,8 @@ def test_real_vllm_engine_on_the_embedded_model(tmp_path):
     [records] = list(tmp_path.rglob("records.jsonl"))
     rows = [json.loads(line) for line in records.read_text().splitlines()]
     assert len(rows) == 4 and all(r["error"] is None and r["completion_tokens"] >= 1 for r in rows)
+    if not torch.cuda.is_available():  # the manifest records the dtype the engine computed in
+        assert json.loads((records.parent / "manifest.json").read_text())["model"]["dtype"] == "torch.float32"
 
 
 def test_latency_is_the_requests_own_from_vllm_metrics_else_the_batchs():

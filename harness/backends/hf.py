@@ -29,7 +29,7 @@ class HFBackendConfig(BackendConfig):
     # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
     # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
     share_prefix: bool = True
-    # on a CPU in float32, linear layers through oneDNN's matmul (as vLLM's CPU build does) instead of torch's MKL
+    # on a CPU in float32 (bfloat16 where oneDNN has bf16 kernels), linear layers through oneDNN's matmul (as vLLM's CPU build does) instead of torch's MKL
     # sgemm: faster at decode batch sizes; off: torch's own linear (`harness.engine.linear`)
     onednn_linear: bool = True
     # where and how fast it runs; dtype is identity (it changes the numbers)

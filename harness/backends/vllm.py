@@ -159,6 +159,9 @@ class VLLMBackend(Backend):
         self.llm, self.sampling_params = llm, sampling_params
         self.tokenizer = llm.get_tokenizer()
         self.max_model_len = llm.llm_engine.model_config.max_model_len
+        # the dtype the engine computes in: `auto` resolves to the checkpoint's, and vLLM's CPU build may
+        # change a requested one (float16 to bfloat16 or float32), so the manifest records what ran
+        self.dtype = str(llm.llm_engine.model_config.dtype)
         self.renderer = PromptRenderer(self.tokenizer, model_cfg)
         self.native_tools = self.renderer.native_tools
         self.think_end_id = self.tokenizer.get_vocab().get("</think>")
@@ -172,7 +175,7 @@ class VLLMBackend(Backend):
             llm.llm_engine.engine_core.shutdown()
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.path, "revision": self.revision, "max_model_len": self.max_model_len,
+        return {"path": self.path, "revision": self.revision, "dtype": self.dtype, "max_model_len": self.max_model_len,
                 "native_tools": self.native_tools, "reasoning_parser": self.model_cfg.reasoning_parser,
                 "tensor_parallel_size": self.cfg.tensor_parallel_size}
 

@@ -10,7 +10,7 @@ and one sdpa call reads the cache as it is. Any other call (a prefill, no groupi
 Where the cache holds runs that several rows share (`harness.engine.kvcache.SharedKV`, on a CPU), each part
 is attended to on its own (the rows' own buffers; each shared run once, with the queries of all its
 rows as one longer query) and the parts are merged by their log-sum-exp, which is softmax attention
-over the union of the keys: exact up to float rounding.
+over the union of the keys: exact up to float rounding (the merge in float32, for a bfloat16 model too).
 """
 from __future__ import annotations
 
@@ -67,12 +67,14 @@ def _cascade(rows, key, value, mask, scale, shared):
         outs.append(out.reshape(n, hkv, m, g, d).transpose(1, 2).reshape(n * m, hkv, g, d))
         lses.append(lse.reshape(n, hkv, m, g).transpose(1, 2).reshape(n * m, hkv, g))
         index.append(s.rows.flatten())
-    out, lse, index = torch.cat(outs), torch.cat(lses), torch.cat(index)
+    # merged in float32 whatever the model's dtype: the parts' weighted sum in bfloat16 would round at
+    # each add, where one sdpa call over all the keys accumulates in float32
+    out, lse, index = torch.cat(outs).float(), torch.cat(lses).float(), torch.cat(index)
     top = lse.new_full((b + 1, hkv, g), float("-inf")).scatter_reduce_(0, index[:, None, None].expand_as(lse), lse, "amax")
     weight = (lse - top[index]).exp()
     total = out.new_zeros(b + 1, hkv, g, d).index_add_(0, index, out * weight[..., None])
     norm = weight.new_zeros(b + 1, hkv, g).index_add_(0, index, weight)
-    return total[:b] / norm[:b, ..., None]
+    return (total[:b] / norm[:b, ..., None]).to(rows.dtype)
 
 
 AttentionInterface.register(NAME, decode_attention)

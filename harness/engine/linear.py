@@ -9,7 +9,9 @@ compiler does when it freezes a model), instead of at every call: at 24 rows the
 take 0.71-0.91 of the time again and the lm_head 0.64-0.71 (two runs of a microbenchmark); the
 packed copy costs the linears' memory once more. vLLM's CPU build sends its linears to prepacked oneDNN weights as well, so the peer
 comparison weighs engines, not BLAS libraries. Results differ from MKL's in the last bits (logits
-within 4e-5), as two BLAS libraries do. float32 only: the one dtype measured.
+within 4e-5), as two BLAS libraries do. bfloat16 goes the same way where oneDNN has bf16 kernels
+for this CPU (AVX512-BF16 or AMX; `torch.ops.mkldnn._is_mkldnn_bf16_supported`), as in vLLM's CPU build;
+elsewhere a bf16 model keeps torch's linear.
 """
 from __future__ import annotations
 
@@ -25,11 +27,15 @@ def _forward(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return _OP(x, layer.packed_weight, layer.bias, "none", [], "")
 
 
+def _supported(dtype: torch.dtype) -> bool:
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def route_linears(model: Any, rows: int) -> bool:
-    """Send every torch.nn.Linear of a float32 CPU model through oneDNN, with its weight packed for
-    `rows`-row inputs (a hint: any row count works); False (the model untouched) where torch lacks
-    the op, the model is elsewhere or in another dtype."""
-    if _PACK is None or model.device.type != "cpu" or model.dtype != torch.float32:
+    """Send every torch.nn.Linear of a float32 or bfloat16 CPU model through oneDNN, with its weight
+    packed for `rows`-row inputs (a hint: any row count works); False (the model untouched) where
+    torch lacks the op, the model is elsewhere, or oneDNN has no kernel for its dtype here."""
+    if _PACK is None or model.device.type != "cpu" or not _supported(model.dtype):
         return False
     for layer in model.modules():
         if isinstance(layer, torch.nn.Linear):
