@@ -10,17 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 from statistics import median
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from the repository
-
-from harness.backends import make_backend  # noqa: E402
-from harness.config.compose import compose_config  # noqa: E402
-from harness.tools.timing import timed_run  # noqa: E402
+from harness.backends import make_backend
+from harness.config.compose import compose_config
+from harness.tools.timing import timed_run
 
 DTYPES = ("float32", "bfloat16")
 

@@ -116,7 +116,7 @@ class HFBackend(Backend):
             encoded = [scoring.get(i) for i, _, _ in items]
 
             def after(k: int, tokens: list[int]) -> list[list[int]] | None:  # runs to score after row k's thinking
-                e = encoded[k]  # (the finish only words a reason: whether there is one does not depend on it)
+                e = encoded[k]  # the finish ("" here) only changes the reason's wording, never whether there is one
                 if not isinstance(e, Encoded) or no_after_thinking(e, tokens, self.think_end_id, self.model_cfg.thinking, ""):
                     return None
                 return after_thinking(e, tokens, self.think_end_id, self._encode).continuations
