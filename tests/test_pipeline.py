@@ -117,3 +117,32 @@ def test_a_step_is_switched_on_in_any_preset_from_the_command_line(step, on, set
     assert getattr(make_cfg("condition=[status_tail]").conditions["status_tail"], step) is None
     with pytest.raises(ConfigError, match=f"condition.{step}: has settings but is off: add {step}.enabled=true"):
         make_cfg("condition=[status_tail]", *(f"{prefix}.{s}" for s in settings))
+
+def test_a_sample_whose_bar_was_not_written_is_an_error_and_never_answered():
+    from harness.flow.stages import generate
+
+    plan = make_plan(make_cfg("condition=[status_model]", "scenario.calls_made=[2,3]", "scenario.placement=[early]",
+                              "scenario.episodes_per_cell=1"))
+    assert len(plan) == 2
+
+    class Writer:  # fails the first bar, writes the second
+        def generate(self, requests):
+            return [Completion(error="writer down", scripted=True), Completion(text=WRITTEN, scripted=True)]
+
+    class Main:
+        name = "main"
+        asked: list = []
+
+        def generate(self, requests):
+            self.asked.extend(requests)
+            return [Completion(text="Done.") for _ in requests]
+
+    cfg = make_cfg()
+    batch, written = write_bars(plan, lambda c: (Writer(), cfg.model))
+    moved: list[float] = []
+    main = Main()
+    completions = generate(main, batch, written, moved.append)
+    assert [r.sample_id for r in main.asked] == [plan[1].sample_id]  # the failed one was not asked
+    assert completions[0].error == "writer: writer down" and completions[0].scripted
+    assert completions[1].text == "Done." and completions[1].error is None
+    assert sum(moved) == 2  # the progress bar counts both

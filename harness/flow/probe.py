@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.backends.hf import HFBackend, HFBackendConfig
-from harness.backends import Backend
+from harness.backends import Backend, make_backend
+from harness.backends.hf import HFBackendConfig
 from harness.config.schemas import ModelConfig, ProbeConfig
 from harness.errors import ConfigError
 from harness.flow.plan import Sample
@@ -56,9 +56,9 @@ class RunProbe:
         # a backend holding HF weights generated with them: reuse them, no second copy, and the
         # prompts' KV from its decode engine (no second prefill)
         self.kv_source = getattr(backend.hf_weights(), "decoder", None)
-        try:
-            self.hf = backend.hf_weights() or HFBackend(
-                model, HFBackendConfig(device=cfg.device, dtype=cfg.dtype, batch_size=1))
+        try:  # else the model's own weights, loaded through the registry like any backend's
+            self.hf = backend.hf_weights() or make_backend(
+                model, HFBackendConfig(device=cfg.device, dtype=cfg.dtype, batch_size=1)).hf_weights()
         except OSError as exc:
             raise ConfigError(f"probe.attention: cannot load HF weights of model {model.name!r} to replay "
                               f"the {backend.name} completions with ({exc})") from None

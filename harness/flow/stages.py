@@ -23,7 +23,7 @@ from harness.config.schemas import Config, ModelConfig, ProbeConfig
 from harness.flow.fingerprint import Admission, admit
 from harness.flow.plan import Sample
 from harness.flow.probe import RunProbe
-from harness.flow.writer import WriterBackends, fail_unwritten, write_bars
+from harness.flow.writer import WriterBackends, unwritten, write_bars
 from harness.measure.cost import cost_usd
 from harness.measure.grading import call_format
 from harness.rundir import manifest
@@ -121,12 +121,18 @@ def batches(samples: list[Sample], size: int) -> Iterator[list[Sample]]:
 
 def generate(backend: Backend, batch: list[Sample], written: dict[str, dict[str, Any]],
              on_sample: Callable[[int], None]) -> list[Completion]:
-    """One completion per sample, in order; a sample whose model-written bar failed is an error."""
-    with progress.reporting(on_sample, len(batch)):
-        completions = backend.generate([s.request for s in batch])
-    if len(completions) != len(batch):
-        raise RuntimeError(f"backend {backend.name} returned {len(completions)} completions for {len(batch)} requests")
-    return fail_unwritten(batch, completions, written)
+    """One completion per sample, in order; a sample whose model-written bar failed is an error,
+    without asking the backend."""
+    failed = {s.sample_id: c for s in batch if (c := unwritten(written.get(s.sample_id, {})))}
+    ready = [s for s in batch if s.sample_id not in failed]
+    if failed:
+        on_sample(len(failed))  # done: nothing to compute
+    with progress.reporting(on_sample, len(ready)):
+        answered = backend.generate([s.request for s in ready]) if ready else []
+    if len(answered) != len(ready):
+        raise RuntimeError(f"backend {backend.name} returned {len(answered)} completions for {len(ready)} requests")
+    answers = iter(answered)
+    return [failed.get(s.sample_id) or next(answers) for s in batch]
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ class WriterBackends:
 def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """The stage before generation, for the samples of `batch` whose bar a model writes: generate
     their bars and return the batch with each such sample's request showing its bar (new samples;
-    the others as they were), and what each record's `writer` field holds.
+    the others as they were), and what each record's `writer` field holds (its `error` set where no
+    bar could be written: that sample is not answered, see `unwritten`).
     `backend_for(condition_cfg)` returns the writer (backend, model config) of a condition."""
     todo = [s for s in batch if s.condition_cfg.status and s.condition_cfg.status.source == BarSource.model]
     groups: dict[tuple, list[Any]] = {}
@@ -87,7 +88,6 @@ def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str,
     for samples in groups.values():
         backend, model = backend_for(samples[0].condition_cfg)
         for s, c in zip(samples, backend.generate([writer_request(s) for s in samples])):
-            cost = cost_usd(model, c)
             bar = bar_from(c.text, s.condition_cfg.status) if not c.error else None
             if bar is not None:  # the same pipeline as every bar: loop guard and turn meta stay
                 shown = view(s.episode, s.condition_cfg, bar)
@@ -95,12 +95,12 @@ def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str,
                                                                  annotations=shown.annotations()))
             info[s.sample_id] = {"bar": bar, "error": c.error, "prompt_tokens": c.prompt_tokens,
                                  "completion_tokens": c.completion_tokens, "latency_s": c.latency_s,
-                                 "cost_usd": cost, "model": model.name, "scripted": c.scripted,
+                                 "cost_usd": cost_usd(model, c), "model": model.name, "scripted": c.scripted,
                                  "text": c.text}
     return [placed.get(s.sample_id, s) for s in batch], info
 
 
-def fail_unwritten(batch: list[Any], completions: list[Any], info: dict[str, dict[str, Any]]) -> list[Any]:
-    """A sample whose bar could not be written is an `error` record, never an answer without its bar."""
-    return [Completion(error=f"writer: {info[s.sample_id]['error']}", scripted=c.scripted)
-            if s.sample_id in info and info[s.sample_id]["error"] else c for s, c in zip(batch, completions)]
+def unwritten(info: dict[str, Any]) -> Completion | None:
+    """The completion of a sample whose bar could not be written: an `error` record, never an answer
+    without its bar (so the main model is not asked); None for a sample with its bar or none to write."""
+    return Completion(error=f"writer: {info['error']}", scripted=info["scripted"]) if info and info["error"] else None
