@@ -173,6 +173,29 @@ def test_bench_peer_comparison_without_vllm_is_a_clear_error(capsys):
     assert "--peer only needs vllm" in capsys.readouterr().err
 
 
+def test_the_peer_matrix_runs_every_grid_model_and_dtype_with_the_users_overrides_last(monkeypatch, tmp_path, capsys):
+    from harness.tools import bench, peer
+
+    asked = []
+
+    def compare(overrides, workdir, repeats, dtype):  # what vLLM and hf would run: the composition is under test
+        asked.append((overrides, dtype))
+        return {"dtype": dtype, "repeats": repeats}, {}
+
+    monkeypatch.setattr(peer, "compare", compare)
+    cells = peer.matrix(["scenario.episodes_per_cell=1"], tmp_path, 3, ["default", "large"], ["smollm2-135m"],
+                        ["float32", "bfloat16"])
+    assert [(c["grid"], c["dtype"]) for c in cells] == [("default", "float32"), ("default", "bfloat16"),
+                                                       ("large", "float32"), ("large", "bfloat16")]
+    assert all(len(c["load_before"]) == len(c["load_after"]) == 3 for c in cells)
+    assert asked[2] == ([*peer.GRIDS["large"], "model=smollm2-135m", "scenario.episodes_per_cell=1"], "float32")
+    assert peer.matrix([], tmp_path, 1, [], [], ["float32"])[0]["grid"] == "as given"  # the overrides alone
+    with pytest.raises(SystemExit):  # a name it does not know: refused before anything runs
+        bench.main(["--peer", "only", "--peer-grids", "default,huge"])
+    assert "unknown huge (known: default, large)" in capsys.readouterr().err
+    assert len(asked) == 5
+
+
 @pytest.mark.model
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None,

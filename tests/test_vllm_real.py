@@ -58,7 +58,7 @@ ONE_EPISODE = ["scenario.calls_made=[2]", "scenario.distractor_turns=[0]", "scen
 @pytest.mark.parametrize("command", [
     ["harness.run", "backend=vllm", "backend.dtype=float32", "backend.enforce_eager=true", "run.report=false",
      "run.progress=false", "probe.propensity=false"],
-    ["harness.tools.bench", "--peer", "only"],
+    ["harness.tools.bench", "--peer", "only", "--peer-dtypes", "float32,bfloat16"],
 ], ids=["run", "bench-peer"])
 def test_a_command_that_started_an_engine_shuts_it_down_and_exits(tmp_path, command):
     import subprocess
@@ -72,6 +72,10 @@ def test_a_command_that_started_an_engine_shuts_it_down_and_exits(tmp_path, comm
     # vLLM logs this from the client's shutdown(), which only our close() calls; its exit-time
     # finalizer stops the processes without it
     assert "[shutdown] MPClient: complete" in proc.stdout + proc.stderr
+    if command[0] == "harness.tools.bench":  # one cell per dtype
+        cells = json.loads((tmp_path / "peer.json").read_text())["peer"]
+        assert [(c["dtype"], c["samples"], c["identical"]) for c in cells] == [("float32", 1, 1), ("bfloat16", 1, 1)]
+        assert cells[1]["vllm"]["backend"]["dtype"] == "torch.bfloat16" and cells[1]["hf"]["backend"]["dtype"] == "torch.bfloat16"
 
 
 @pytest.mark.model

@@ -15,7 +15,8 @@ On the embedded model and the default ablation with 4 replicates (change either 
 - peak RSS of the process, the hf backend's threads and why, the load average before and after;
 - where vllm is installed, a peer comparison (`harness/tools/peer.py`): the same grid, greedy, through
   backend=hf and backend=vllm, generation seconds and output identity side by side (`--peer only`
-  runs just that; `--peer off` skips it).
+  runs just that; `--peer off` skips it); `--peer-grids`, `--peer-models` and `--peer-dtypes` run it
+  for every combination, one table row each.
 Only ratios within one run mean anything on a shared machine. Writes a JSON file and prints a table.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from analysis.load import load_records
 from harness.backends import make_backend
@@ -131,9 +132,18 @@ def main(argv: list[str] | None = None) -> int:
                              "auto = after the hf runs; only = on a scripted run of the grid, nothing else")
     parser.add_argument("--peer-repeats", type=int, default=1,
                         help="timed runs of each backend in the peer comparison, in turns; the median is reported")
+    parser.add_argument("--peer-grids", type=_names(peer.GRIDS), default=[],
+                        help=f"comma-separated named grids of the peer comparison ({', '.join(peer.GRIDS)}), each with "
+                             "the overrides after it; default: the overrides alone")
+    parser.add_argument("--peer-models", type=lambda text: text.split(","), default=[],
+                        help="comma-separated model configs of the peer comparison, e.g. smollm2-135m,qwen2.5-coder-0.5b; "
+                             "default: the config's")
+    parser.add_argument("--peer-dtypes", type=_names(peer.DTYPES), default=["float32"],
+                        help=f"comma-separated dtypes of the peer comparison ({', '.join(peer.DTYPES)}); default: float32")
     args = parser.parse_args(argv)
     if args.peer_repeats < 1:
         parser.error(f"--peer-repeats must be >= 1, got {args.peer_repeats}")
+    cells = {"grids": args.peer_grids, "models": args.peer_models, "dtypes": args.peer_dtypes}
 
     load_before = os.getloadavg()
     if args.scale == "only":
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if not vllm_installed():
             print('statusbench: error: --peer only needs vllm (see the README: vLLM on a CPU machine)', file=sys.stderr)
             return 2
-        return write({**peer_result(args.overrides, args.peer_repeats), "load_before": load_before,
+        return write({**peer_result(args.overrides, args.peer_repeats, **cells), "load_before": load_before,
                       "load_after": os.getloadavg()}, args.out, "")
     base = ["experiment.replicates=4", "run.progress=false", "run.report=false", *args.overrides]
     with user_errors():
@@ -183,16 +193,27 @@ def main(argv: list[str] | None = None) -> int:
                              ("sampled_naive", sampled_naive))},
     }
     if args.peer == "auto":
-        result["peer"] = peer_result(args.overrides, args.peer_repeats)["peer"] if vllm_installed() else {"skipped": "vllm is not installed"}
+        result["peer"] = peer_result(args.overrides, args.peer_repeats, **cells)["peer"] if vllm_installed() else {"skipped": "vllm is not installed"}
     result["load_before"], result["load_after"] = load_before, os.getloadavg()
     return write(result, args.out, table(result))
 
 
-def peer_result(overrides: list[str], repeats: int = 1) -> dict[str, Any]:
+def _names(allowed: Any) -> Any:
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        if unknown := [n for n in names if n not in allowed]:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)} (known: {', '.join(allowed)})")
+        return names
+    return parse
+
+
+def peer_result(overrides: list[str], repeats: int = 1, grids: Sequence[str] = (), models: Sequence[str] = (),
+                dtypes: Sequence[str] = ("float32",)) -> dict[str, Any]:
+    """The peer comparison's cells (`peer.matrix`): a list, one per grid x model x dtype."""
     with user_errors(), tempfile.TemporaryDirectory(prefix="statusbench-peer-") as tmp:
-        summary, _ = peer.compare(overrides, Path(tmp), repeats)
+        cells = peer.matrix(overrides, Path(tmp), repeats, list(grids), list(models), list(dtypes))
     return {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv[1:],
-            "platform": platform.platform(), "peer": summary}
+            "platform": platform.platform(), "peer": cells}
 
 
 def scale_result(overrides: list[str], sizes: tuple[int, ...] = scale.SIZES) -> dict[str, Any]:
@@ -213,8 +234,9 @@ def scale_result(overrides: list[str], sizes: tuple[int, ...] = scale.SIZES) -> 
 
 
 def write(result: dict[str, Any], out: Path | None, text: str) -> int:
-    if "hf" in result.get("peer", {}):
-        text = (text + "\n\n" if text else "") + peer.table(result["peer"])
+    cells = result.get("peer")
+    if isinstance(cells, list):  # one cell: its whole table; several: a row each
+        text = (text + "\n\n" if text else "") + (peer.table(cells[0]) if len(cells) == 1 else peer.matrix_table(cells))
     if "greedy_ours" not in result:  # --scale only, --peer only: what the full table would have said
         from tabulate import tabulate
 

