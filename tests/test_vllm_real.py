@@ -74,7 +74,7 @@ def test_a_command_that_started_an_engine_shuts_it_down_and_exits(tmp_path, comm
     assert "[shutdown] MPClient: complete" in proc.stdout + proc.stderr
     if command[0] == "harness.tools.bench":  # one cell per dtype
         cells = json.loads((tmp_path / "peer.json").read_text())["peer"]
-        assert [(c["dtype"], c["samples"], c["identical"]) for c in cells] == [("float32", 1, 1), ("bfloat16", 1, 1)]
+        assert [(c["dtype"], c["samples"], c["identical"]) for c in cells] == [("float32", 2, 2), ("bfloat16", 2, 2)]
         assert cells[1]["vllm"]["backend"]["dtype"] == "torch.bfloat16" and cells[1]["hf"]["backend"]["dtype"] == "torch.bfloat16"
 
 
