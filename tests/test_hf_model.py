@@ -92,3 +92,14 @@ def test_a_prompt_over_the_context_is_an_error_record_for_that_sample(backend):
     assert long.error.startswith("prompt too long:") and f"context is {backend.context}" in long.error
     assert long.prompt_tokens >= backend.context and long.completion_tokens is None
     assert short.error is None and short.completion_tokens >= 1
+
+
+def test_a_thread_count_the_user_set_stays_and_an_automatic_one_follows_the_machine(backend, monkeypatch):
+    from harness.backends import make_backend
+    from harness.engine.threads import Adaptive
+
+    assert backend.decoder.pace is None  # backend.threads=1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cfg = make_cfg(*TINY[:-1])
+    auto = make_backend(cfg.model, cfg.backend)
+    assert isinstance(auto.decoder.pace, Adaptive) and auto.describe()["threads_from"].endswith("re-chosen while it runs")

@@ -78,7 +78,12 @@ class HFBackend(Backend):
         self.think_end_id = self.tokenizer.get_vocab().get("</think>")
         # the longest sequence the weights were trained for; a longer prompt is an error record, as in vllm
         self.context = getattr(self.model.config, "max_position_embeddings", None)
-        self.decoder = PrefixDecoder(self.model, eos, self.device)
+        # a count the user set stays; one chosen from the free cores follows them while the engine runs
+        pace = None
+        if self.device == "cpu" and self.threads_from not in (threads.CONFIG, threads.OMP):
+            pace = threads.Adaptive(self.threads)
+            self.threads_from += "; re-chosen while it runs"
+        self.decoder = PrefixDecoder(self.model, eos, self.device, pace)
 
     def hf_weights(self) -> "HFBackend":
         return self  # the attention probe replays with this backend's own model: no second copy

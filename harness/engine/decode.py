@@ -34,8 +34,11 @@ class Decoded(NamedTuple):
 class PrefixDecoder:
     """Decodes token-id prompts with a causal LM."""
 
-    def __init__(self, model: Any, eos_ids: set[int], device: str):
+    def __init__(self, model: Any, eos_ids: set[int], device: str, pace: Callable[[], None] | None = None):
+        """`pace`: called between forward passes (each prefill chunk, each decode step), for the thread
+        count to follow the machine (`harness.engine.threads.Adaptive`); None: nothing between them."""
         self.model, self.eos_ids, self.device = model, eos_ids, device
+        self.pace = pace
         self.kv_bytes = kv_bytes_per_position(model)
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -135,6 +138,8 @@ class PrefixDecoder:
                         position_ids=torch.arange(a, b, device=self.device)[None],
                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}).logits[0, -1]
                 work.done(b - a)
+                if self.pace:
+                    self.pace()
             kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
             store[id(node)] = (kv, logits)
 
@@ -238,6 +243,8 @@ class PrefixDecoder:
                 logits = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions,
                                     use_cache=True, **{self.cache_kw: cache}).logits[:, -1, :]
                 positions = positions + 1
+                if self.pace:
+                    self.pace()
         return [(g, "stop" if d else "length") for g, d in zip(generated, done)]
 
 
