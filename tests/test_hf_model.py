@@ -103,3 +103,4 @@ def test_a_thread_count_the_user_set_stays_and_an_automatic_one_follows_the_mach
     cfg = make_cfg(*TINY[:-1])
     auto = make_backend(cfg.model, cfg.backend)
     assert isinstance(auto.decoder.pace, Adaptive) and auto.describe()["threads_from"].endswith("re-chosen while it runs")
+    assert backend.describe()["threads_used"] == [1] and auto.describe()["threads_used"] == [auto.threads]

@@ -97,7 +97,7 @@ def test_adaptive_drops_a_thread_when_a_neighbour_takes_a_core_and_takes_it_back
     after(2.0, 1.0, 1.0)  # it still runs: one thread stays
     assert set_to == [1]
     after(2.0, 1.0, 0.1)  # it left
-    assert pace.threads == 2 and set_to == [1, 2]
+    assert pace.threads == 2 and set_to == [1, 2] and pace.used == {1, 2}  # the manifest names both
 
 
 def test_adaptive_leaves_the_count_alone_without_a_proc_stat(tmp_path, monkeypatch):

@@ -94,6 +94,7 @@ class HFBackend(Backend):
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,
                 "dtype": str(self.model.dtype), "threads": self.threads, "threads_from": self.threads_from,
+                "threads_used": sorted(self.decoder.pace.used) if self.decoder.pace else [self.threads],
                 "linear": self.linear, "native_tools": self.native_tools, "share_prefix": self.cfg.share_prefix}
 
     def render(self, request: Request) -> str:

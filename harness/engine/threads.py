@@ -87,6 +87,7 @@ class Adaptive:
 
     def __init__(self, threads: int, every_s: float = 2.0, stat: Path = PROC_STAT):
         self.threads, self.every_s, self.stat = threads, every_s, stat
+        self.used = {threads}  # every count it has run with: the manifest says these, not the count at load alone
         self.cpus, self.cores = os.sched_getaffinity(0), available_cores()
         self._mark = self._sample()
 
@@ -108,3 +109,4 @@ class Adaptive:
 
             torch.set_num_threads(threads)
             self.threads = threads
+            self.used.add(threads)

@@ -95,7 +95,7 @@ def table(result: dict[str, Any]) -> str:
         ["peak RSS", f"{result['peak_rss_mb']:.0f} MB", "", f"model load {result['model_load_s']:.1f} s"],
     ]
     if "threads" in result["backend"]:
-        rows.append(["torch threads", result["backend"]["threads"], "", result["backend"]["threads_from"]])
+        rows.append(["torch threads", peer.thread_counts(result["backend"]), "", result["backend"]["threads_from"]])
     rows.append(load_row(result))
     if "scale" in result:
         rows += scale.rows(result["scale"])

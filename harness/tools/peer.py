@@ -83,12 +83,14 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1,
         for name, cfg in configs.items():
             t0 = time.perf_counter()
             backends[name] = engines.enter_context(make_backend(cfg.model, cfg.backend))
-            summary[name] = {"model_load_s": time.perf_counter() - t0, "backend": backends[name].describe()}
+            summary[name] = {"model_load_s": time.perf_counter() - t0}
             backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
         for turn in range(repeats):
             for name, cfg in configs.items():
                 _forget_prompts(backends[name])
                 runs[name].append(timed_run(cfg, backends[name], workdir / f"{name}-{turn}"))
+        for name, backend in backends.items():  # after the runs: what they ran with (e.g. the threads used)
+            summary[name]["backend"] = backend.describe()
     records = {name: done[0]["records"] for name, done in runs.items()}
     for name, done in runs.items():
         texts = [[r["text"] for r in sorted(run["records"], key=_key)] for run in done]
@@ -130,12 +132,17 @@ def matrix_table(cells: list[dict[str, Any]]) -> str:
     from tabulate import tabulate
 
     rows = [[c["grid"], c["model"], c["dtype"], c["samples"], f"{c['hf']['generate_s']:.1f}", f"{c['vllm']['generate_s']:.1f}",
-             f"{c['hf_over_vllm_generate_s']:.2f}x", f"{c['identical']} of {c['samples']}", c["hf"]["backend"].get("threads", ""),
+             f"{c['hf_over_vllm_generate_s']:.2f}x", f"{c['identical']} of {c['samples']}", thread_counts(c["hf"]["backend"]),
              f"{c['load_before'][0]:.1f} -> {c['load_after'][0]:.1f}"] for c in cells]
     runs = cells[0]["repeats"]
     return tabulate(rows, tablefmt="github", headers=[
         "grid", "model", "dtype", "samples", f"hf generation s{' (median of %d)' % runs if runs > 1 else ''}",
-        "vLLM generation s", "hf / vLLM", "identical outputs", "hf threads", "load average (1 min)"])
+        "vLLM generation s", "hf / vLLM", "identical outputs", "hf threads used", "load average (1 min)"])
+
+
+def thread_counts(described: dict[str, Any]) -> str:
+    """The torch thread counts the hf backend ran with (one, or each that the re-chosen count took)."""
+    return ", ".join(map(str, described.get("threads_used", [described.get("threads", "")])))
 
 
 def table(peer: dict[str, Any]) -> str:
@@ -146,7 +153,7 @@ def table(peer: dict[str, Any]) -> str:
     rows = [[f"generation s{' (median of %d, in turns)' % runs if runs > 1 else ''}", f"{hf['generate_s']:.1f}", f"{vllm['generate_s']:.1f}"],
             ["wall s (whole harness)", f"{hf['wall_s']:.1f}", f"{vllm['wall_s']:.1f}"],
             ["model load s", f"{hf['model_load_s']:.1f}", f"{vllm['model_load_s']:.1f}"],
-            ["torch threads", hf["backend"].get("threads", ""), "vLLM's own choice (its log says)"],
+            ["torch threads", thread_counts(hf["backend"]), "vLLM's own choice (its log says)"],
             ["samples / errors", f"{hf['samples']} / {hf['errors']}", f"{vllm['samples']} / {vllm['errors']}"],
             ["completion tokens", hf["completion_tokens"], vllm["completion_tokens"]]]
     if runs > 1:
