@@ -26,7 +26,7 @@ from harness.config.schemas import Config
 from harness.errors import ConfigError
 from harness.flow import stages
 from harness.flow.plan import PlanSpec, make_plan
-from harness.flow.rounds import RoundSettings, run_rounds
+from harness.flow.rounds import RoundSettings, Step, run_rounds, view_step
 from harness.io.files import os_error_message
 from harness.io.secrets import argv_secret_error
 from harness.rundir import manifest
@@ -41,6 +41,17 @@ def plan_spec(cfg: Config) -> PlanSpec:
     return PlanSpec(scenario=cfg.scenario, conditions=cfg.conditions, model=cfg.model, backend=cfg.backend,
                     replicates=cfg.experiment.replicates, seed=cfg.experiment.seed, rollout=cfg.rollouts,
                     shard=cfg.run.shard_spec, propensity=cfg.probe.propensity, max_samples=cfg.run.max_samples)
+
+
+def round_settings(cfg: Config) -> RoundSettings:
+    return RoundSettings(cfg.model, cfg.backend.name, cfg.run.batch_size, cfg.run.progress, cfg.probe.propensity)
+
+
+def first_steps(cfg: Config) -> list[Step]:
+    """Every rollout's first model call as the run builds it (a single decision's only one): its
+    request, episode and condition. For tools and tests that drive a backend below the run."""
+    order = iter(())  # a first step answers at its plan position
+    return [view_step(r, round_settings(cfg), order) for r in make_plan(plan_spec(cfg))]
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
@@ -58,9 +69,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
             session = stages.start_session(run, len(plan), len(pending.active))
             stages.record_rollouts(run, pending.unrecorded)  # killed after a rollout's last step, before its record
             if pending.active:
-                settings = RoundSettings(cfg.model, cfg.backend.name, cfg.run.batch_size, cfg.run.progress,
-                                         cfg.probe.propensity)
-                run_rounds(run, pending, loaded, settings, cfg.probe, len(plan) + pending.later_steps)
+                run_rounds(run, pending, loaded, round_settings(cfg), cfg.probe, len(plan) + pending.later_steps)
         session["finished_at"] = manifest.now()
         run.write_manifest(session)
     return {"planned": len(plan), "new": len(pending.active)}
@@ -78,12 +87,12 @@ def main(dcfg: DictConfig) -> None:
             print(f"statusbench: run.shard={cfg.run.shard} holds none of the plan's episodes; no report")
         elif cfg.run.report:
             # the last stage; analysis stands above the harness (pandas, matplotlib), so it loads only here
-            from analysis.load import load_records
+            from analysis.load import load_records, load_rollouts
             from analysis.report import write_report
             from analysis.summary import summary_lines
 
             write_report([run_dir])
-            for line in summary_lines(load_records([run_dir]), run_dir):
+            for line in summary_lines(load_records([run_dir]), run_dir, load_rollouts([run_dir])):
                 print(f"statusbench: {line}")
     except KeyboardInterrupt:
         kept = stages.records_kept(run_dir)

@@ -210,7 +210,10 @@ class Environment:
         ids = [f"call{first + k:05d}" for k in range(len(parsed))]  # nine alphanumerics, as the families' calls
         message: Message = {"role": "assistant", "content": without_tool_calls(answer).strip()}
         if parsed:
-            message["tool_calls"] = [{"id": i, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            # keys sorted: the history is the same whether the calls come from the model's text or from a
+            # record (stored as canonical JSON) replayed on resume; chat templates' tojson sorts them anyway
+            message["tool_calls"] = [{"id": i, "type": "function",
+                                      "function": {"name": c.name, "arguments": json.dumps(c.arguments, sort_keys=True)}}
                                      for i, c in zip(ids, parsed)]
         self.messages.append(message)
         outcomes = [self._execute(i, c) for i, c in zip(ids, parsed)]
