@@ -11,6 +11,8 @@ from harness.agent.env import Environment, Frozen
 from harness.config.schemas import BackendConfig, ModelConfig, RolloutConfig, ScenarioConfig, plan_size_error
 from harness.context import ConditionConfig
 from harness.context.bar import check_cadence
+from harness.context.history import History
+from harness.context.loop_guard import LoopGuardConfig
 from harness.errors import ConfigError, require
 from harness.types import Episode, Record, short_hash
 
@@ -83,8 +85,7 @@ def make_plan(spec: PlanSpec) -> list[Rollout]:
                 f"the {spec.scenario.family} family has no compaction point (no summary to compact to)")
     conditions = {name: with_model(ccfg, spec.model) for name, ccfg in spec.conditions.items()}
     for name, ccfg in conditions.items():
-        if ccfg.status is not None and episodes and (why := check_cadence(ccfg.status, episodes[0])):
-            raise ConfigError(f"conditions.{name}.status.cadence: {why}")
+        check_condition(name, ccfg, episodes, spec.rollout)
     identity = spec.identity()
     out: list[Rollout] = []
     for episode in episodes:
@@ -97,6 +98,25 @@ def make_plan(spec: PlanSpec) -> list[Rollout]:
                 out.append(Rollout(rid, len(out), episode, name, ccfg, replicate, seed, env))
     # filtered after numbering: `index` stays the position in the whole plan
     return out if spec.shard is None else [r for r in out if in_shard(r.episode.id, *spec.shard)]
+
+
+def check_condition(name: str, ccfg: ConditionConfig, episodes: list[Episode], rollout: RolloutConfig | None) -> None:
+    """A condition whose mechanism could show nothing on these episodes is refused (ConfigError naming
+    it), never run as another arm under its label."""
+    family = episodes[0].family if episodes else ""
+    if ccfg.diagnostics and not any(e.facts.get("diagnostics") for e in episodes):
+        raise ConfigError(f"conditions.{name}.diagnostics: the {family} family's episodes carry no edit diagnostics "
+                          "to flush (the diagnostics family's do); this condition would show what `none` shows")
+    if ccfg.history == History.compacted and not (rollout and rollout.compact_tokens) \
+            and any(e.compact_at is None for e in episodes):
+        raise ConfigError(f"conditions.{name}.history: compacted needs a compaction point, and the {family} family's "
+                          "episodes have none" + (" (or set rollout.compact_tokens=N)" if rollout else ""))
+    if rollout and ccfg.loop_guard == LoopGuardConfig():
+        raise ConfigError(f"conditions.{name}.loop_guard: in a rollout the loop guard is the environment's and runs under "
+                          "every condition at these thresholds already; this condition would be another's under its "
+                          "label (set other thresholds, e.g. loop_guard.block_at=4, or leave it out)")
+    if ccfg.status is not None and episodes and (why := check_cadence(ccfg.status, episodes[0])):
+        raise ConfigError(f"conditions.{name}.status.cadence: {why}")
 
 
 def in_shard(episode_id: str, i: int, n: int) -> bool:
