@@ -143,6 +143,7 @@ def cache(steps: pd.DataFrame) -> Section:
                      "prompt kept from the previous step": "n/a" if math.isnan(kept) else f"{kept:.1%}",
                      "new characters per step": "n/a" if not len(later) else
                      f"{(later['prompt_text_chars'] - later['prompt_chars_kept']).mean():.0f}",
+                     "prompt tokens per step": "n/a" if g["prompt_tokens"].isna().any() else f"{g['prompt_tokens'].mean():.0f}",
                      "steps reporting cache": len(reported),
                      "prompt tokens": int(prompt) if len(reported) else "n/a",
                      "cached prompt tokens": int(reported["cached_prompt_tokens"].sum()) if len(reported) else "n/a",
@@ -150,7 +151,8 @@ def cache(steps: pd.DataFrame) -> Section:
                      "cost per step (USD)": "n/a" if cost.isna().any() else f"{cost.mean():.6f}",
                      "latency per step (s)": "n/a" if latency.isna().all() else f"{latency.mean():.2f}"})
     return Section("Prompt-cache reuse per strategy",
-                   "Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
+                   "Per arm, its bar's update strategy and cadence (at which turn ends the bar is shown: every one, "
+                   "every k-th, on a change, at the limit; violations per rollout above). Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
                    "rollout's previous prompt began with, steps after the first: what a prefix cache can reuse under "
                    "each strategy, from the prompts alone. Cached prompt tokens: as the engine or API reported them "
                    "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`); n/a where the backend reports none "

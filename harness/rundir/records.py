@@ -72,7 +72,8 @@ def upgrade(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("schema_version") != 1:
         return row
     if "rollout_id" not in row:  # a single decision: step 0 of its one-step rollout
-        return {**row, "rollout_id": row.get("sample_id")}
+        return {"turn": 0, "step": 0, "step_in_turn": 0, "completion_tool_calls": [], "calls": [], **row,
+                "rollout_id": row.get("sample_id")}
     label, expected = row.get("label"), row.get("expected")
     return {**row, "completion_tool_calls": row.get("tool_calls") or [], "tool_calls": [],
             "correct": label == expected if isinstance(label, str) and isinstance(expected, str) else None,
@@ -97,7 +98,8 @@ def _check_rollout(row: dict[str, Any]) -> None:
 
 def read_record_rows(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     """records.jsonl as checked rows of schema 2 (RunDirError naming the file, line and field)."""
-    return [upgrade(row) for row in read_jsonl(path, repair=repair, required=REQUIRED, check=_check_record)]
+    # the schema's required fields are checked after the upgrade (a step of schema 1 has no `correct`)
+    return [upgrade(row) for row in read_jsonl(path, repair=repair, required=("sample_id",), check=_check_record)]
 
 
 def read_rollout_rows(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
