@@ -50,8 +50,7 @@ def round_settings(cfg: Config) -> RoundSettings:
 def first_steps(cfg: Config) -> list[Step]:
     """Every rollout's first model call as the run builds it (a single decision's only one): its
     request, episode and condition. For tools and tests that drive a backend below the run."""
-    order = iter(())  # a first step answers at its plan position
-    return [view_step(r, round_settings(cfg), order) for r in make_plan(plan_spec(cfg))]
+    return [view_step(r, round_settings(cfg), r.index) for r in make_plan(plan_spec(cfg))]
 
 
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
@@ -69,7 +68,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
             session = stages.start_session(run, len(plan), len(pending.active))
             stages.record_rollouts(run, pending.unrecorded)  # killed after a rollout's last step, before its record
             if pending.active:
-                run_rounds(run, pending, loaded, round_settings(cfg), cfg.probe, len(plan) + pending.later_steps)
+                run_rounds(run, plan, pending, loaded, round_settings(cfg), cfg.probe)
         session["finished_at"] = manifest.now()
         run.write_manifest(session)
     return {"planned": len(plan), "new": len(pending.active)}

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,46 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
         execute(_cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=4"), {}, cut)
 
 
+class FailingOnce(Backend):
+    """The scripted backend whose answer to the `nth` model call of the run is a backend error (an outage)."""
+
+    def __init__(self, inner: Backend, nth: int):
+        self.inner, self.nth, self.count, self.name = inner, nth, 0, inner.name
+
+    def generate(self, requests):
+        out = []
+        for r in requests:
+            self.count += 1
+            out.append(Completion(error="injected outage", scripted=True) if self.count == self.nth
+                       else self.inner.generate([r])[0])
+        return out
+
+
+def test_retry_errors_continues_a_rollout_from_its_failed_step(tmp_path: Path):
+    """A backend error ends a rollout (outcome error); run.retry_errors=true continues it from that step,
+    and the run ends with the records of one that never failed (the newest record of a step counts)."""
+    script = _script(tmp_path / "mixed.jsonl", [MIXED[(i * 7) % 5] for i in range(400)])
+    cfg = _cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=3")
+    whole, failed = tmp_path / "whole", tmp_path / "failed"
+    execute(cfg, {}, whole)
+    # the outage hits a rollout's last step: with match=order the rollouts share one script, and this way
+    # the others' steps keep their places (records.jsonl is in call order)
+    rows = _rows(whole / "records.jsonl")
+    last = {r["rollout_id"]: r["step"] for r in rows}
+    nth = next(i for i, r in enumerate(rows, 1) if r["step"] == last[r["rollout_id"]] > 0)
+    execute(cfg, {}, failed, FailingOnce(make_backend(cfg.model, cfg.backend), nth=nth))
+    ended = {r["rollout_id"]: r["outcome"] for r in _rows(failed / "rollouts.jsonl")}
+    assert list(ended.values()).count("error") == 1
+    assert execute(cfg, {}, failed)["new"] == 0  # an error is an outcome, kept unless asked
+    retried = Counting(make_backend(cfg.model, cfg.backend))
+    assert execute(replace(cfg, run=replace(cfg.run, retry_errors=True)), {}, failed, retried)["new"] == 1
+    newest = {r["sample_id"]: r for r in _rows(failed / "records.jsonl")}  # by write order: the retry is later
+    assert _without_time(list(newest.values())) == _without_time(_rows(whole / "records.jsonl"))
+    assert retried.requests == 1  # the failed step only: its scripted answer is the one an uninterrupted run got
+    last = {r["rollout_id"]: r for r in _rows(failed / "rollouts.jsonl")}
+    assert _without_time(list(last.values())) == _without_time(_rows(whole / "rollouts.jsonl"))
+
+
 def _env(**rollout) -> Environment:
     episode = scenarios.build_episodes(XfinityConfig(calls_made=[2], distractor_turns=[0], placement=["early"]))[0]
     return Environment(episode, RolloutConfig(**rollout))
@@ -276,11 +317,13 @@ def test_kaplan_meier_censors_rollouts_that_ended_clean():
 def test_rollouts_on_the_embedded_model_count_prompt_and_cached_tokens(tmp_path: Path):
     """The hf backend in the loop: one batch per round, its token counters in every step record."""
     cfg = make_cfg("experiment=agent_loop", f"run.root={tmp_path}", "scenario.episodes_per_cell=1", "rollout.turns=2",
-                   "model.generation.max_new_tokens=16", "run.progress=false")
+                   "model.generation.max_new_tokens=16", "run.progress=false", "probe.propensity=true")
     execute(cfg, {}, tmp_path / "run")
     steps = _rows(tmp_path / "run" / "records.jsonl")
     rollouts = _rows(tmp_path / "run" / "rollouts.jsonl")
     assert len(rollouts) == 2 and all(not s["scripted"] and s["error"] is None for s in steps)
+    # the likelihood probe at every step, scored on that step's own prompt
+    assert all(s["propensity"] and s["propensity"]["violate_logprob"] is not None for s in steps)
     assert all(isinstance(s["prompt_tokens"], int) and isinstance(s["cached_prompt_tokens"], int) for s in steps)
     assert sum(s["cached_prompt_tokens"] for s in steps) > 0  # the arms' shared prefix, reused within a round
     assert {r["cached_prompt_tokens"] for r in rollouts} != {None}

@@ -6,9 +6,8 @@ round of the same stages; every mechanism and probe runs at every step of either
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import scenarios
 from harness import progress
@@ -61,10 +60,9 @@ class Step:
         return self.rollout.condition_cfg
 
 
-def run_rounds(run: OpenRun, pending: Pending, backend: Backend, settings: RoundSettings, probe_cfg: ProbeConfig,
-               next_index: int) -> None:
-    """Rounds until every rollout has ended. `next_index`: the plan position a step after a rollout's
-    first answers to a scripted backend's match=order (its place in an uninterrupted run)."""
+def run_rounds(run: OpenRun, plan: list[Rollout], pending: Pending, backend: Backend, settings: RoundSettings,
+               probe_cfg: ProbeConfig) -> None:
+    """Rounds until every rollout of `plan` has ended (those of `pending.active` run on)."""
     from tqdm import tqdm
 
     run.model_info.update(backend.describe())
@@ -75,7 +73,6 @@ def run_rounds(run: OpenRun, pending: Pending, backend: Backend, settings: Round
     probe = RunProbe(settings.model, probe_cfg, backend, run.job_dir) if probe_cfg.attention else None
     if probe:
         run.model_info["attention_probe"] = probe.describe()
-    order = itertools.count(next_index)
     active = pending.active
     # the backend moves the bar by fractions of a step as it computes (harness.progress.Work); the total is
     # an upper bound (every live turn at its step limit), lowered as rollouts end; miniters=0: every move redraws
@@ -85,7 +82,8 @@ def run_rounds(run: OpenRun, pending: Pending, backend: Backend, settings: Round
         while active:
             at = min(r.env.step for r in active)
             batch = [r for r in active if r.env.step == at][:settings.batch_size]
-            records, prompts = run_batch(batch, backend, writers, settings, order, probe, bar.update)
+            records, prompts = run_batch(batch, schedule_index(plan, batch, at), backend, writers, settings, probe,
+                                         bar.update)
             run.store.append(records, prompts)  # prompts first, then records (RunStore)
             record_rollouts(run, [r for r in batch if r.env.done])
             active = [r for r in active if not r.env.done]
@@ -94,10 +92,27 @@ def run_rounds(run: OpenRun, pending: Pending, backend: Backend, settings: Round
     run.model_info.update(backend.describe())  # what generating told (e.g. the model a server reported)
 
 
-def run_batch(batch: list[Rollout], backend: Backend, writers: WriterBackends, settings: RoundSettings,
-              order: Iterator[int], probe: RunProbe | None, on_step: Callable[[float], None]) -> tuple[list[Record], list[dict[str, Any]]]:
+def schedule_index(plan: list[Rollout], batch: list[Rollout], step: int) -> list[int]:
+    """Where each rollout's step `step` stands in an uninterrupted run of the plan, which takes every
+    rollout's step k (those that reach it, in plan order) before any step k+1: the index a scripted
+    backend's match=order answers. Exact after a kill, and for a step retried (run.retry_errors) after
+    the other rollouts ran on. A first step keeps its position in the whole plan (before sharding)."""
+    if step == 0:
+        return [r.index for r in batch]
+    taken = sum(min(r.env.step, step) for r in plan)  # every step before round `step`
+    wanted, out, before = {id(r) for r in batch}, {}, 0
+    for r in plan:
+        if id(r) in wanted:
+            out[id(r)] = taken + before
+        before += r.env.step > step or (r.env.step == step and not r.env.done)
+    return [out[id(r)] for r in batch]
+
+
+def run_batch(batch: list[Rollout], indexes: list[int], backend: Backend, writers: WriterBackends,
+              settings: RoundSettings, probe: RunProbe | None,
+              on_step: Callable[[float], None]) -> tuple[list[Record], list[dict[str, Any]]]:
     """One step of each rollout of the batch, through every stage; returns its records and prompt rows."""
-    steps = [view_step(r, settings, order) for r in batch]
+    steps = [view_step(r, settings, i) for r, i in zip(batch, indexes)]
     steps, written = write_bars(steps, writers)  # source=model conditions whose bar shows now; {} for others
     completions = generate(backend, steps, written, on_step)
     grades = [scenarios.grade(s.episode, c) for s, c in zip(steps, completions)]  # the family's, against the history
@@ -111,14 +126,15 @@ def run_batch(batch: list[Rollout], backend: Backend, writers: WriterBackends, s
     return records, prompts
 
 
-def view_step(r: Rollout, settings: RoundSettings, order: Iterator[int]) -> Step:
-    """What the model is shown at the rollout's next step: the condition's view of its history."""
+def view_step(r: Rollout, settings: RoundSettings, index: int) -> Step:
+    """What the model is shown at the rollout's next step: the condition's view of its history.
+    `index`: its place in an uninterrupted run (`schedule_index`)."""
     snapshot, shown = r.env.snapshot(), r.env.shown(r.condition_cfg)
     t = view(snapshot, shown)
     candidates = scenarios.candidates(snapshot) if settings.propensity else None
     no_candidates = scenarios.no_candidates(snapshot) if settings.propensity else None
     request = Request(sample_id=r.env.step_id(r.rollout_id), episode_id=r.episode.id, condition=r.condition,
-                      replicate=r.replicate, index=r.index if r.env.step == 0 else next(order),
+                      replicate=r.replicate, index=index,
                       messages=t.messages, tools=r.env.tools, generation=settings.model.generation,
                       seed=r.env.step_seed(r.seed), candidates=candidates, no_candidates=no_candidates,
                       annotations=t.annotations())

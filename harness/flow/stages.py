@@ -57,7 +57,6 @@ class Pending:
     rollout record a kill cut off."""
     active: list[Rollout]
     unrecorded: list[Rollout]
-    later_steps: int = 0  # stored steps after their rollout's first (they came after the plan's first round)
 
     def steps_left(self) -> int:
         """An upper bound of the model calls still to make."""
@@ -87,8 +86,7 @@ def resume(plan: list[Rollout], run: OpenRun, retry_errors: bool) -> Pending:
             steps.pop()
         replay(r, steps)
     # a rollout whose steps were cut off after its record was written runs on: its new record supersedes the old
-    return Pending([r for r in plan if not r.env.done], [r for r in plan if r.env.done and r.rollout_id not in recorded],
-                   sum(max(len(r.steps) - 1, 0) for r in plan))
+    return Pending([r for r in plan if not r.env.done], [r for r in plan if r.env.done and r.rollout_id not in recorded])
 
 
 def replay(r: Rollout, stored: list[Record]) -> None:
