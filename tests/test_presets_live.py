@@ -23,7 +23,11 @@ PRESETS = sorted(p.stem for p in (CONF_DIR / "condition").glob("*.yaml") if p.st
 # results longer than the truncation limit (loop_guard's pages); the call-limit family for the rest
 FAMILY = {**dict.fromkeys(["compacted", "ledger", "todo_compaction", "todo_cycle"], ("scenario=todo_state",)),
           **dict.fromkeys(["truncate_envelope", "truncate_silent"],
-                          ("scenario=loop_guard", "scenario.mode=[paginated]", "scenario.repeats=[1]"))}
+                          ("scenario=loop_guard", "scenario.mode=[paginated]", "scenario.repeats=[1]")),
+}
+# what every step answers: a call to the target where the bar must change between steps to show
+CALL = '<tool_call>{"name": "phone_call", "arguments": {"company": "Xfinity", "reason": "chase"}}</tool_call>'
+TEXT = {"status_on_change": CALL}
 DEFAULT = ("scenario.calls_made=[2,3]", "scenario.placement=[early]", "scenario.distractor_turns=[1]")
 # refused in a rollout, and why (the error names the key)
 REFUSED = {"diagnostics": "conditions.diagnostics.diagnostics", "loop_guard": "conditions.loop_guard.loop_guard"}
@@ -35,7 +39,7 @@ def _rows(path: Path) -> list[dict]:
 
 def _cfg(tmp_path: Path, preset: str):
     script = tmp_path / "script.jsonl"
-    script.write_text((json.dumps({"text": "Understood; that is all I can do for now."}) + "\n") * 200)
+    script.write_text((json.dumps({"text": TEXT.get(preset, "Understood; that is all I can do for now.")}) + "\n") * 200)
     return make_cfg("experiment.mode=rollouts", "backend=scripted", f"backend.path={script}", "backend.match=order",
                     f"run.root={tmp_path}", "run.report=false", "run.progress=false",
                     "scenario.episodes_per_cell=1", "rollout.turns=2", f"condition=[none,{preset}]",
