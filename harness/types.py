@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import require
@@ -134,21 +134,26 @@ class Completion:
 
 
 @dataclass
-class Record:
-    """One model call. A single decision on a frozen trajectory is step 0 of a one-step rollout (its
-    `rollout_id` is its `sample_id`); a rollout's steps each have one, graded against the live history."""
-    sample_id: str
+class Arm:
+    """What names a rollout's episode and arm, in its records and its rollout record alike."""
     episode_id: str
     scenario: str
     family: str
     params: dict[str, Any]
     condition: str
     condition_config: dict[str, Any]
-    model: str
-    model_path: str | None
-    backend: str
-    generation: dict[str, Any]
     replicate: int
+    model: str
+    backend: str
+
+
+@dataclass
+class Record(Arm):
+    """One model call. A single decision on a frozen trajectory is step 0 of a one-step rollout (its
+    `rollout_id` is its `sample_id`); a rollout's steps each have one, graded against the live history."""
+    sample_id: str
+    model_path: str | None
+    generation: dict[str, Any]
     seed: int
     prompt_sha256: str
     prompt_tokens: int | None
@@ -204,18 +209,9 @@ def _total(values: list[Any]) -> Any:
 
 
 @dataclass
-class RolloutRecord:
+class RolloutRecord(Arm):
     """One per rollout (rollouts.jsonl), a single decision's one-step rollout included."""
     rollout_id: str
-    episode_id: str
-    scenario: str
-    family: str
-    params: dict[str, Any]
-    condition: str
-    condition_config: dict[str, Any]
-    replicate: int
-    model: str
-    backend: str
     outcome: str  # harness.agent.env: finished, halted, step_limit, error
     steps: int
     turns: int  # user turns taken, the opening one included
@@ -241,10 +237,7 @@ class RolloutRecord:
         violated = [s for s in steps if s.label == "violated"]
         calls = [c for s in steps for c in s.calls]
         cached = [s.cached_prompt_tokens for s in steps if s.cached_prompt_tokens is not None]
-        return cls(rollout_id=head.rollout_id, episode_id=head.episode_id, scenario=head.scenario, family=head.family,
-                   params=head.params, condition=head.condition, condition_config=head.condition_config,
-                   replicate=head.replicate, model=head.model, backend=head.backend,
-                   outcome=outcome, steps=len(steps), turns=turns, violations=len(violated),
+        return cls(**{f.name: getattr(head, f.name) for f in fields(Arm)}, rollout_id=head.rollout_id, outcome=outcome, steps=len(steps), turns=turns, violations=len(violated),
                    first_violation_step=violated[0].step if violated else None,
                    first_violation_turn=violated[0].turn if violated else None,
                    target_calls=target_calls,
