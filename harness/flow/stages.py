@@ -19,8 +19,8 @@ from harness.flow.plan import PlanSpec, Rollout
 from harness.measure.grading import ParsedCall
 from harness.rundir import manifest
 from harness.rundir.layout import RECORDS, ROLLOUTS, run_parts, shard_dir
-from harness.rundir.records import read_records, read_rollout_rows
-from harness.rundir.store import RunDirError, RunStore
+from harness.rundir.records import as_record, read_record_rows, read_rollout_rows
+from harness.rundir.store import RunDirError, RunStore, newest
 from harness.types import Record, RolloutRecord, short_hash
 
 
@@ -67,21 +67,22 @@ def resume(plan: list[Rollout], run: OpenRun, retry_errors: bool) -> Pending:
     """Replay each rollout's stored steps (from the run and all its shards) through its environment,
     which continues at its next step; no model call is repeated. With retry_errors, a rollout whose
     last step is an `error` continues from that step (its new record supersedes the old)."""
-    stored: dict[str, dict[str, Record]] = defaultdict(dict)
+    rows: list[dict[str, Any]] = []
     recorded: set[str] = set()
     for part in run_parts(run.run_dir):
         mine = part == run.job_dir  # only this job's files are repaired (a torn last line cut off)
-        for rec in read_records(part / RECORDS, repair=mine):
-            if rec.schema_version == 1 and plan and not plan[0].frozen:
-                raise RunDirError(f"{part / RECORDS} holds rollout steps of record schema 1, written before rollouts and "
-                                  "single decisions became one loop; they cannot be continued (analysis still reads "
-                                  "them): use another run.name")
-            held = stored[rec.rollout_id].get(rec.sample_id)
-            if held is None or (rec.created_at or "") >= (held.created_at or ""):  # the newest record of a step counts
-                stored[rec.rollout_id][rec.sample_id] = rec
+        rows += read_record_rows(part / RECORDS, repair=mine)
         recorded |= {row["rollout_id"] for row in read_rollout_rows(part / ROLLOUTS, repair=mine)}
+    stored: dict[str, list[Record]] = defaultdict(list)
+    for row in newest(rows).values():  # the newest record of a step counts (a retried one)
+        if row["schema_version"] == 1 and plan and not plan[0].frozen:
+            raise RunDirError(f"{run.run_dir} holds rollout steps of record schema 1, written before rollouts and single "
+                              "decisions became one loop; they cannot be continued (analysis still reads them): use "
+                              "another run.name")
+        rec = as_record(row)
+        stored[rec.rollout_id].append(rec)
     for r in plan:
-        steps = sorted(stored[r.rollout_id].values(), key=lambda s: s.step)
+        steps = sorted(stored[r.rollout_id], key=lambda s: s.step)
         if retry_errors and steps and steps[-1].label == "error":
             steps.pop()
         replay(r, steps)

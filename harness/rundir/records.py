@@ -114,9 +114,3 @@ def _defaults(schema: type) -> dict[str, Any]:
 def as_record(row: dict[str, Any]) -> Record:
     """A checked row as a Record; a field a hand-made file left out is null."""
     return Record(**{**_defaults(Record), **{k: v for k, v in row.items() if k in Record.__dataclass_fields__}})
-
-
-def read_records(path: Path, *, repair: bool = False) -> list[Record]:
-    return [as_record(row) for row in read_record_rows(path, repair=repair)]
-
-
