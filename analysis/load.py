@@ -1,10 +1,13 @@
-"""Records of one or many run directories as one typed pandas DataFrame.
+"""Records of one or many run directories as typed pandas DataFrames: one row per model call
+(`load_records`: records.jsonl, the step records of every run, a single decision being step 0 of its
+one-step rollout) and one per rollout (`load_rollouts`: rollouts.jsonl).
 
-Each run's records.jsonl is parsed once into `records.parquet` beside it; the cache remembers the
-JSONL's size and is rebuilt when the JSONL has grown (a resumed run) or the loader's schema changed.
-Nested fields are flattened (`params.calls_made`, `generation.temperature`, `condition_config.kind`).
-Every record is typed as its columns before it is counted (`check_record`): `"correct": "false"`, a
-latency of 1e400 (infinity) or a count that is text stop the load with the file, line and field named.
+The columns come from the one schema (harness.types.Record, RolloutRecord; harness.rundir.records
+reads and checks every row against it: `"correct": "false"`, `"step": "1"`, a latency of 1e400 or a
+count that is text stop the load with the file, line and field named). Each run's records.jsonl is
+parsed once into `records.parquet` beside it; the cache remembers the JSONL's size and is rebuilt
+when the JSONL has grown (a resumed run) or the loader's schema changed. Nested fields are flattened
+(`params.calls_made`, `generation.temperature`, `condition_config.kind`).
 """
 from __future__ import annotations
 
@@ -12,60 +15,53 @@ import json
 import logging
 import math
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from harness.io.files import atomic_path, remove_stale_temporaries
-from harness.io.validate import of_type
-from harness.rundir.layout import find_runs, is_rollout_run, run_parts
+from harness.rundir.layout import PROMPTS, ROLLOUTS, find_runs, run_parts
+from harness.rundir.records import columns, read_record_rows, read_rollout_rows
 from harness.rundir.store import read_jsonl
+from harness.types import Record, RolloutRecord
 
 log = logging.getLogger(__name__)
 
 # bump when the columns or dtypes below change, so old caches are rebuilt
-CACHE_VERSION = "3"
+CACHE_VERSION = "4"
 CACHE_NAME = "records.parquet"
 
 # outcome labels in the order figures and tables show them
 LABELS = ["violated", "complied", "refused", "other", "truncated", "error"]
 
-# column -> dtype; a record lacking an optional field (e.g. cost_usd) gets a missing value.
-# Numbers that may be absent are float (NaN = not reported by the backend).
-COLUMNS: dict[str, str] = {
-    "sample_id": "str", "episode_id": "str", "scenario": "str", "family": "str", "condition": "str",
-    "model": "str", "model_path": "str", "backend": "str", "replicate": "int64", "seed": "int64",
-    "prompt_sha256": "str", "prompt_tokens": "float64", "cached_prompt_tokens": "float64",
-    "completion_tokens": "float64", "thinking_tokens": "float64", "answer_tokens": "float64",
-    "text": "str", "reasoning": "str", "tool_calls": "str", "label": "str", "correct": "bool",
-    "expected": "str", "latency_s": "float64", "batch_latency_s": "float64", "cost_usd": "float64", "finish_reason": "str", "error": "str",
-    "scripted": "bool", "created_at": "str", "schema_version": "int64", "token_source": "str",
-    "reason": "str", "call_format": "str",
-}
-REQUIRED = ("sample_id", "episode_id", "condition", "model", "replicate", "label", "correct", "expected")
-TYPES = {"str": (str,), "bool": (bool,), "int64": (int,), "float64": (int, float)}
+# a schema field's kind -> its column's dtype; numbers that may be absent are float (NaN = not reported)
+_DTYPES = {str: "str", bool: "bool", int: "int64", float: "float64"}
 
 
-def check_record(row: dict) -> None:
-    """Each column of a record (present, or required) of its type: text, true/false, an integer, or
-    a finite number >= 0 (token counts, latency, cost); ValueError naming the field. pandas would
-    otherwise count the text "false" as correct and carry infinity into every mean."""
-    for col, dtype in COLUMNS.items():
-        value = of_type(row, col, (list,) if col == "tool_calls" else TYPES[dtype], optional=col not in REQUIRED)
-        if value is None:
-            continue
-        if dtype == "float64" and not 0 <= value <= sys.float_info.max:  # NaN, inf and ints past a float's range fail
-            raise ValueError(f"field {col!r} must be a finite number >= 0, got {str(value)[:40]}")
-        if dtype == "int64" and not -2**63 <= value < 2**63:
-            raise ValueError(f"field {col!r} must be a 64-bit integer, got {str(value)[:40]}")
+def schema_columns(schema: type) -> dict[str, str]:
+    """column -> dtype of a record schema's scalar fields (a nullable int is a float: NaN is unknown);
+    lists are kept as JSON text, dicts flattened to dotted columns."""
+    out = {}
+    for col in columns(schema):
+        if col.kind is list:
+            out[col.name] = "str"
+        elif col.kind is not dict:
+            out[col.name] = "float64" if col.kind is int and col.nullable else _DTYPES[col.kind]
+    return out
 
 
-def _parse(rows: list[dict]) -> pd.DataFrame:
+COLUMNS = schema_columns(Record)
+ROLLOUT_COLUMNS = schema_columns(RolloutRecord)
+LISTS = [c.name for c in columns(Record) if c.kind is list]
+
+
+def _parse(rows: list[dict], schema: dict[str, str] = COLUMNS) -> pd.DataFrame:
     for r in rows:  # a list of dicts does not fit one parquet column type; keep it as JSON text
-        r["tool_calls"] = json.dumps(r.get("tool_calls") or [], sort_keys=True)
+        for col in LISTS:
+            if col in schema:
+                r[col] = json.dumps(r.get(col) or [], sort_keys=True)
     df = pd.DataFrame([_flatten(r) for r in rows])
-    for col, dtype in COLUMNS.items():
+    for col, dtype in schema.items():
         if col not in df:
             df[col] = pd.Series([None] * len(df), dtype="object")
         if dtype == "str":
@@ -74,7 +70,7 @@ def _parse(rows: list[dict]) -> pd.DataFrame:
             df[col] = df[col].fillna(False).astype(bool)
         else:
             df[col] = pd.to_numeric(df[col]).astype(dtype)
-    for col in df.columns.difference(list(COLUMNS)):
+    for col in df.columns.difference(list(schema)):
         # fields outside the schema (scenario parameters, fields added later) may mix types across
         # records or hold lists; as text they always fit one parquet column
         if df[col].dtype == object:
@@ -106,9 +102,6 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
     path = d / "records.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{d} has no records.jsonl: is it a statusbench run directory?")
-    if is_rollout_run(d):
-        raise ValueError(f"{d} is a rollout run (experiment.mode=rollouts): its report is "
-                         f"`python -m analysis.rollouts {d}`")
     size = path.stat().st_size
     cached = d / CACHE_NAME
     if cache:
@@ -123,7 +116,7 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
                 return pd.read_parquet(cached)
         except (OSError, pa.ArrowException) as exc:
             log.warning("%s is unreadable (%s); it is only a cache of records.jsonl: rebuilding it", cached, exc)
-    df = _parse(read_jsonl(path, required=REQUIRED, check=check_record))  # a bad line is named
+    df = _parse(read_record_rows(path))  # a bad line is named
     if cache and not df.empty:
         _write_cache(df, cached, size)
     return df
@@ -168,13 +161,33 @@ def load_records(run_dirs: list[Path | str], *, cache: bool = True) -> pd.DataFr
     return pd.concat(frames, ignore_index=True)
 
 
-def newest(df: pd.DataFrame) -> pd.DataFrame:
-    """One record per sample: the newest by created_at (a sample run again with run.retry_errors, in the
-    run or in any shard), a tie to the later row; rows keep their order."""
+def newest(df: pd.DataFrame, key: str = "sample_id") -> pd.DataFrame:
+    """One row per `key`: the newest by created_at (a step run again with run.retry_errors, a rollout
+    recorded again after it ran on, in the run or in any shard), a tie to the later row; rows keep their order."""
     made = pd.to_datetime(df["created_at"], utc=True, format="ISO8601", errors="coerce")
     made = made.fillna(pd.Timestamp.min.tz_localize("UTC"))
-    keep = made.sort_values(kind="stable").index.to_series().groupby(df["sample_id"]).last()
+    keep = made.sort_values(kind="stable").index.to_series().groupby(df[key]).last()
     return df.loc[sorted(keep)].reset_index(drop=True)
+
+
+def load_rollouts(run_dirs: list[Path | str]) -> pd.DataFrame:
+    """One row per rollout of every run (the newest line of each), typed, with `run` and `run_label`."""
+    dirs = [Path(d) for d in run_dirs]
+    labels = run_labels(dirs)
+    frames = []
+    for d in dirs:
+        rows = [row for part in run_parts(d) for row in read_rollout_rows(part / ROLLOUTS)]
+        if rows:
+            frames.append(newest(_parse(rows, ROLLOUT_COLUMNS), "rollout_id").assign(run=str(d), run_label=labels[str(d)]))
+    if not frames:
+        return pd.DataFrame(columns=[*ROLLOUT_COLUMNS, "run", "run_label"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def prompt_rows(run_dirs: list[Path | str]) -> dict[str, dict]:
+    """prompt_sha256 -> its prompts.jsonl row, over every run and shard."""
+    return {row["prompt_sha256"]: row for d in run_dirs for part in run_parts(Path(d))
+            for row in read_jsonl(part / PROMPTS, required=("prompt_sha256",))}
 
 
 def runs_from_env(default_root: Path | str) -> list[Path]:

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import attention_figures, browser, propensity, stats, tables
-from analysis.load import grid_columns, load_records
-from analysis.section import Section, md_table, md_text
-from analysis.style import num
+from analysis import attention_figures, browser, propensity, rollouts, stats, tables
+from analysis.figures import FIGURES
+from analysis.load import grid_columns, load_records, load_rollouts
+from analysis.section import Section, ci, md_table, md_text
+from analysis.style import num, paper_style, save
 from harness.io.files import os_error_message, remove_stale_temporaries, write_file
-from harness.rundir.layout import find_runs, is_rollout_run
+from harness.rundir.layout import find_runs
 
 REPORT_DIR = "report"  # where a report over several runs goes, inside their common parent
 
@@ -42,13 +43,6 @@ RATES_NOTE = ("Balanced accuracy (the headline) = mean of the accuracy in limit 
               "with episodes - 1 degrees of freedom. Violation rate over limit cells, over-refusal over control "
               "cells, both among samples with an answer (samples / episodes in brackets); `truncated` and `errors` are "
               "counted apart and count as wrong in both accuracies.")
-
-
-def ci(est: pd.Series, low: pd.Series, high: pd.Series, fmt: str = ".2f") -> list[str]:
-    def f(x: float) -> str:
-        return "–" if pd.isna(x) else f"{0.0 if abs(x) < 1e-9 else x:{fmt}}"  # float noise around 0 shows as 0
-
-    return ["–" if pd.isna(e) else f"{f(e)} [{f(lo)}, {f(hi)}]" for e, lo, hi in zip(est, low, high)]
 
 
 def _num(s: pd.Series) -> list[str]:
@@ -162,9 +156,9 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
 
 
 def sections(df: pd.DataFrame) -> list[Section]:
-    """The tables and figures of the report, in order."""
-    from analysis.figures import FIGURES
-
+    """The tables and figures of the report, in order. In a run of live rollouts every model call is a
+    decision of these tables; the pairing of arms and pass^k are the rollouts' (analysis.rollouts)."""
+    live = rollouts.multi_step(df)
     out: list[Section] = warnings(df)
     rates = tables.rates(df, ["run_label", "condition"])
     if df["run_label"].nunique() > 1:
@@ -175,7 +169,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
     out.append(Section("By condition", RATES_NOTE, _rates_table(rates, _keys(df, "condition"))))
 
     try:
-        comp = tables.comparisons(df)
+        comp = pd.DataFrame() if live else tables.comparisons(df)
     except ValueError as exc:  # the arms cannot be paired; the rest of the report still stands
         out.append(Section("Paired comparison with the baseline condition", f"Not computed: {md_text(exc)}."))
         comp = pd.DataFrame()
@@ -199,7 +193,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
 
     pk = tables.pass_k(df)
     ks = [c for c in pk if c.startswith("pass^") and not c.endswith(("_low", "_high"))]
-    out.append(Section("pass^k over replicates",
+    out.append(Section("pass^k over replicates", "Per rollout: see the rollout sections below.") if live else Section("pass^k over replicates",
                        "pass^k: the chance that k replicates of an episode all succeed (k = 1 is accuracy), averaged "
                        f"over episodes, with a 95% {INTERVAL_NOTE}."
                        + (" One replicate per episode in these runs: add `experiment.replicates=N`." if pk["replicates"].max() < 2 else ""),
@@ -308,22 +302,15 @@ def default_out(run_dirs: list[Path]) -> Path:
 def runs_among(paths: list[Path]) -> list[Path]:
     """Of several command-line paths, those that may be runs, leaving out (and saying so) those a
     shell glob over a folder of runs adds that are not: files (an older report's figures) and report
-    folders (report.md, no records), and rollout runs (analysis.rollouts reports them); FileNotFoundError
-    when none is left. A single path is left to
+    folders (report.md, no records); FileNotFoundError when none is left. A single path is left to
     fail as a run, naming what it lacks."""
     if len(paths) == 1:
         return list(paths)
-    runs, skipped, rollouts = [], [], []
+    runs, skipped = [], []
     for p in paths:
-        if p.is_file() or ((p / "report.md").is_file() and not find_runs(p)):
-            skipped.append(p)
-        else:
-            (rollouts if is_rollout_run(p) else runs).append(p)
+        (skipped if p.is_file() or ((p / "report.md").is_file() and not find_runs(p)) else runs).append(p)
     if skipped:
         print(f"statusbench: skipped, no run (a file or a report folder): {', '.join(p.name for p in skipped)}")
-    if rollouts:
-        print(f"statusbench: skipped, rollout runs (their report: python -m analysis.rollouts RUN): "
-              f"{', '.join(p.name for p in rollouts)}")
     if not runs:
         raise FileNotFoundError("none of the paths given is a run directory (each holds records.jsonl)")
     return runs
@@ -332,9 +319,6 @@ def runs_among(paths: list[Path]) -> list[Path]:
 def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limit: int = browser.DEFAULT_LIMIT) -> str:
     """Write report.md, report.html and the figures into out_dir (default: `default_out`); return the markdown.
     report.html ends with the sample browser, holding at most browser_limit samples (0: all)."""
-    from analysis.figures import FIGURES
-    from analysis.style import save
-
     run_dirs = [Path(d) for d in run_dirs]
     out = Path(out_dir) if out_dir else default_out(run_dirs)
     df = load_records(run_dirs)  # first: a mistyped run directory must not be left behind as an empty folder
@@ -354,10 +338,14 @@ def write_report(run_dirs: list[Path], out_dir: Path | None = None, browser_limi
                  else p for p in sections(df)]
         for extra in (attention_figures.sections, propensity.sections):  # each writes its own figures into out
             parts += extra(df, run_dirs, out)
+        if rollouts.multi_step(df):
+            with paper_style():
+                parts += rollouts.sections(df, load_rollouts(run_dirs), run_dirs, out)
         text = to_markdown(df, run_dirs, parts)
     write_file(out / "report.md", text)
     figures = [] if df.empty else [p.figure for p in parts if p.figure]
-    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(df, run_dirs, browser_limit)), figures))
+    samples = rollouts.browser_samples(df) if rollouts.multi_step(df) else df
+    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(samples, run_dirs, browser_limit)), figures))
     return text
 
 

@@ -1,46 +1,43 @@
-"""The report of a rollout run (experiment.mode=rollouts): violations per rollout and time to first
-violation per arm, thinking per step against context length, prompt-cache reuse per bar update
-strategy, cost and latency per step, pass^k over replicates.
-
-    python -m analysis.rollouts RUN_DIR
+"""The report's rollout sections, shown when an episode ran more than one step (experiment.mode=rollouts):
+violations per rollout and time to first violation per arm, prompt-cache reuse per bar update strategy
+and cadence, cost and latency per step, pass^k over replicates. (Thinking against context length is the
+report's own section: each step is a model call like any other.)
+Steps are the run's records (analysis.load.load_records), rollouts its rollouts.jsonl (load_rollouts).
 """
 from __future__ import annotations
 
-import argparse
+import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis import browser
-from analysis.report import to_html, to_markdown
-from analysis.section import Section
-from analysis.stats import Estimate, episode_means, mean_interval, ols_slope, pass_hat_k, proportion
-from analysis.style import COLUMN_WIDTH, colors, paper_style, save
+from analysis.load import prompt_rows
+from analysis.section import Section, ci
+from analysis.stats import Estimate, episode_means, mean_interval, pass_hat_k, proportion
+from analysis.style import COLUMN_WIDTH, colors, save
 from harness.context.strategy import shared_prefix
-from harness.io.files import write_file
-from harness.rundir.layout import PROMPTS, RECORDS, ROLLOUTS, run_parts
-from harness.rundir.store import read_jsonl
 from harness.types import canonical_json
 
 
-def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per model call, one row per finished rollout) of a run and its shards; each step
-    with `prompt_chars_kept`, the characters its prompt shares with its rollout's previous prompt."""
-    parts = run_parts(Path(run_dir))
-    steps = [row for p in parts for row in read_jsonl(p / RECORDS, required=("rollout_id", "step"))]
-    # the newest line of a rollout counts: a rollout whose steps were cut off ran on and was recorded again
-    rollouts = list({row["rollout_id"]: row for p in parts for row in read_jsonl(p / ROLLOUTS, required=("rollout_id",))}.values())
-    texts = {row["prompt_sha256"]: prompt_text(row) for p in parts for row in read_jsonl(p / PROMPTS, required=("prompt_sha256",))}
-    previous: dict[str, str] = {}
-    for row in sorted(steps, key=lambda r: (r["rollout_id"], r["step"])):
-        text = texts.get(row["prompt_sha256"], "")
-        row["prompt_text_chars"] = len(text)
-        row["prompt_chars_kept"] = shared_prefix(previous[row["rollout_id"]], text) if row["rollout_id"] in previous else None
-        previous[row["rollout_id"]] = text
-    return pd.DataFrame(steps), pd.DataFrame(rollouts)
+def multi_step(df: pd.DataFrame) -> bool:
+    """Whether any rollout of the records ran past its first step (a live rollout run)."""
+    return bool(len(df)) and bool((df["step"] > 0).any())
+
+
+def with_prompt_reuse(steps: pd.DataFrame, run_dirs: list[Path]) -> pd.DataFrame:
+    """Each step with `prompt_text_chars` and `prompt_chars_kept`, the characters its prompt shares with
+    its rollout's previous prompt (what a prefix cache could keep)."""
+    texts = {sha: prompt_text(row) for sha, row in prompt_rows(run_dirs).items()}
+    ordered = steps.sort_values(["rollout_id", "step"])
+    lengths, kept, previous = {}, {}, {}
+    for idx, rid, sha in zip(ordered.index, ordered["rollout_id"], ordered["prompt_sha256"]):
+        text = texts.get(sha, "")
+        lengths[idx] = len(text)
+        kept[idx] = shared_prefix(previous[rid], text) if rid in previous else math.nan
+        previous[rid] = text
+    return steps.assign(prompt_text_chars=pd.Series(lengths), prompt_chars_kept=pd.Series(kept))
 
 
 def prompt_text(row: dict) -> str:
@@ -52,21 +49,21 @@ def prompt_text(row: dict) -> str:
                    for m in row.get("messages") or [])
 
 
-def _ci(est: float, low: float, high: float, fmt: str = ".2f") -> str:
-    if math.isnan(est):
-        return "n/a"
-    return f"{est:{fmt}}" if math.isnan(low) else f"{est:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
-
-
 def _est(e: Estimate) -> str:
-    return _ci(e.est, e.low, e.high)
+    return ci([e.est], [e.low], [e.high])[0]
 
 
-def strategy(config: dict) -> str:
-    """The bar's update strategy of a condition: replace, append, or reflow (no bar: state reaches the
-    model through tool results only), as harness.context.strategy names them."""
-    status = (config or {}).get("status")
-    return str(status["update"]) if status else "reflow"
+def strategy(status: object) -> str:
+    """The bar's update strategy of a condition (its `condition_config.status` column, JSON text or
+    null): replace, append, or reflow (no bar: state reaches the model through tool results only), as
+    harness.context.strategy names them; with its cadence where the bar is not shown at every turn end."""
+    if not isinstance(status, str):
+        return "reflow"
+    bar = json.loads(status)
+    cadence = bar.get("cadence", "every")
+    shown = {"every": "", "every_k": f", every {bar.get('cadence_k')} turn ends", "on_change": ", on change",
+             "at_limit": ", at the limit"}.get(cadence, f", {cadence}")
+    return f"{bar['update']}{shown}"
 
 
 def violations(rollouts: pd.DataFrame) -> Section:
@@ -125,36 +122,6 @@ def survival(rollouts: pd.DataFrame, out: Path, palette: dict[str, str]) -> Sect
                    "rollout that ended without a violation is censored at its last step.", table, figure="rollout_survival")
 
 
-def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section:
-    measured = steps["prompt_tokens"].notna().all()
-    unit = "prompt tokens" if measured else "prompt characters"
-    context = steps["prompt_tokens" if measured else "prompt_chars"].astype(float)
-    think = pd.to_numeric(steps["thinking_tokens"], errors="coerce")
-    rows, unmeasured = [], []
-    fig = _figure()
-    ax = fig.axes[0]
-    for cond, idx in steps.groupby("condition", sort=True).groups.items():
-        fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy(), steps.loc[idx, "episode_id"].to_numpy())
-        ax.scatter(context[idx], think[idx], s=6, alpha=0.6, color=palette[cond], label=str(cond))
-        # an arm in which no step thought has no slope to show: 0 [0, 0] would read as a measured flat one
-        thought = bool(think[idx].gt(0).any())
-        if not thought and not think[idx].isna().all():
-            unmeasured.append(str(cond))
-        rows.append({"condition": cond, "steps": len(idx), f"mean context ({unit})": f"{context[idx].mean():.0f}",
-                     "mean thinking tokens": "n/a" if think[idx].isna().all() else f"{think[idx].mean():.1f}",
-                     f"thinking per 1k {unit} (95% CI)": _ci(fit.slope * 1000, fit.low * 1000, fit.high * 1000) if thought else "not measured",
-                     "p": "not measured" if not thought else "n/a" if math.isnan(fit.p_value) else f"{fit.p_value:.3g}"})
-    ax.set(xlabel=f"context ({unit})", ylabel="thinking tokens")
-    ax.legend()
-    save(fig, out, "rollout_thinking")
-    text = (f"OLS of each step's thinking tokens on its context length ({unit}) per arm, errors clustered by episode: the seed's claim is "
-            "that thinking grows with the context without the bar and stays flat with it.")
-    if unmeasured:
-        text += (f" **Not measured** for {', '.join(f'`{c}`' for c in unmeasured)}: no step thought (0 thinking tokens "
-                 "throughout), which is no evidence of a flat slope.")
-    return Section("Thinking per step against context length", text, pd.DataFrame(rows), figure="rollout_thinking")
-
-
 def _figure():
     from matplotlib.figure import Figure
 
@@ -176,6 +143,7 @@ def cache(steps: pd.DataFrame) -> Section:
                      "prompt kept from the previous step": "n/a" if math.isnan(kept) else f"{kept:.1%}",
                      "new characters per step": "n/a" if not len(later) else
                      f"{(later['prompt_text_chars'] - later['prompt_chars_kept']).mean():.0f}",
+                     "prompt tokens per step": "n/a" if g["prompt_tokens"].isna().any() else f"{g['prompt_tokens'].mean():.0f}",
                      "steps reporting cache": len(reported),
                      "prompt tokens": int(prompt) if len(reported) else "n/a",
                      "cached prompt tokens": int(reported["cached_prompt_tokens"].sum()) if len(reported) else "n/a",
@@ -183,70 +151,29 @@ def cache(steps: pd.DataFrame) -> Section:
                      "cost per step (USD)": "n/a" if cost.isna().any() else f"{cost.mean():.6f}",
                      "latency per step (s)": "n/a" if latency.isna().all() else f"{latency.mean():.2f}"})
     return Section("Prompt-cache reuse per strategy",
-                   "Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
+                   "Per arm, its bar's update strategy and cadence (at which turn ends the bar is shown: every one, "
+                   "every k-th, on a change, at the limit; violations per rollout above). Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
                    "rollout's previous prompt began with, steps after the first: what a prefix cache can reuse under "
                    "each strategy, from the prompts alone. Cached prompt tokens: as the engine or API reported them "
                    "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`); n/a where the backend reports none "
                    "(scripted).", pd.DataFrame(rows))
 
 
-def browser_samples(steps: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
+def browser_samples(steps: pd.DataFrame) -> pd.DataFrame:
     """Step records as the sample browser takes samples: each step a cell (`turn`, `step`), the arms of
     an episode paired step by step (so each arm's prompt, the bar as the model saw it at that step, sits
     beside the other arm's with the difference marked), the calls shown with the results they got."""
-    return steps.assign(run=str(run_dir), run_label=run_dir.name, correct=steps["label"] == steps["expected"],
-                        episode_id=steps["episode_id"] + " step " + steps["step"].astype(str),
-                        tool_calls=steps["calls"], attention_ref=None,
-                        **{"params.turn": steps["turn"], "params.step": steps["step"]})
+    return steps.assign(episode_id=steps["episode_id"] + " step " + steps["step"].astype(str),
+                        tool_calls=steps["calls"], **{"params.turn": steps["turn"], "params.step": steps["step"]})
 
 
-def summary_lines(run_dir: Path) -> list[str]:
-    """One line per arm for the console: rollouts, violations per rollout, share with a violation."""
-    _, rollouts = load(run_dir)
+def sections(steps: pd.DataFrame, rollouts: pd.DataFrame, run_dirs: list[Path], out: Path) -> list[Section]:
+    """The rollout sections of the report (each figure written into `out`)."""
     if rollouts.empty:
-        return ["no finished rollouts yet"]
-    return [f"{cond}: {len(g)} rollouts, {g['violations'].mean():.2f} violations per rollout, "
-            f"{(g['violations'] > 0).mean():.0%} with a violation, {g['steps'].mean():.1f} steps each"
-            for cond, g in rollouts.groupby("condition", sort=True)] + [f"wrote {Path(run_dir) / 'report.md'}"]
-
-
-def write_rollout_report(run_dir: Path, out_dir: Path | None = None, browser_limit: int = browser.DEFAULT_LIMIT) -> str:
-    """report.md and report.html (with the sample browser, steps as samples) of a rollout run."""
-    run_dir = Path(run_dir)
-    steps, rollouts = load(run_dir)
-    out = Path(out_dir) if out_dir else run_dir
-    out.mkdir(parents=True, exist_ok=True)
-    if rollouts.empty:
-        text = "# statusbench report\n\nNo finished rollouts yet.\n"
-    else:
-        strategies = dict(zip(rollouts["rollout_id"], rollouts["condition_config"].map(strategy)))
-        steps = steps.assign(strategy=steps["rollout_id"].map(strategies).fillna("unfinished"))
-        intro = Section("Rollout run", f"{len(rollouts)} finished rollouts, {len(steps)} model calls (each one sample "
-                        "below); records.jsonl holds one record per model call, rollouts.jsonl one per rollout.")
-        palette = colors(sorted(set(rollouts["condition"]) | set(steps["condition"])))  # one colour per arm in both figures
-        with paper_style():
-            parts = [intro, violations(rollouts), survival(rollouts, out, palette), thinking(steps, out, palette), cache(steps)]
-        text = to_markdown(steps, [run_dir], parts)
-    write_file(out / "report.md", text)
-    samples = browser_samples(steps, run_dir) if not steps.empty else steps
-    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(samples, [run_dir], browser_limit))))
-    return text
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.rollouts", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path, help="a rollout run directory (records.jsonl, rollouts.jsonl)")
-    parser.add_argument("--out", type=Path, default=None, help="where report.md and report.html go (default: the run)")
-    args = parser.parse_args(argv)
-    try:
-        write_rollout_report(args.run_dir, args.out)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"statusbench: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"statusbench: wrote {(args.out or args.run_dir) / 'report.md'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return [Section("Rollouts", "No finished rollouts yet.")]
+    strategies = dict(zip(rollouts["rollout_id"], rollouts.get("condition_config.status", pd.Series([None] * len(rollouts))).map(strategy)))
+    steps = with_prompt_reuse(steps, run_dirs).assign(strategy=steps["rollout_id"].map(strategies).fillna("unfinished"))
+    intro = Section("Rollouts", f"{len(rollouts)} finished rollouts, {len(steps)} model calls; records.jsonl holds one "
+                    "record per model call (the tables above count each call as a decision), rollouts.jsonl one per rollout.")
+    palette = colors(sorted(set(rollouts["condition"]) | set(steps["condition"])))  # one colour per arm in both figures
+    return [intro, violations(rollouts), survival(rollouts, out, palette), cache(steps)]

@@ -33,3 +33,12 @@ class Section:
     text: str = ""
     table: pd.DataFrame | None = None
     figure: str | None = None
+
+
+def ci(est: pd.Series, low: pd.Series, high: pd.Series, fmt: str = ".2f") -> list[str]:
+    """Each estimate with its interval, `0.50 [0.31, 0.69]`; `–` where unknown (`0.50 [–, –]`: an interval
+    that could not be computed)."""
+    def f(x: float) -> str:
+        return "–" if pd.isna(x) else f"{0.0 if abs(x) < 1e-9 else x:{fmt}}"  # float noise around 0 shows as 0
+
+    return ["–" if pd.isna(e) else f"{f(e)} [{f(lo)}, {f(hi)}]" for e, lo, hi in zip(est, low, high)]

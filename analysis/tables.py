@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
+from analysis.load import LABELS, grid_columns
 
 PAIR_KEYS = ("episode_id", "replicate")
 
@@ -110,8 +111,6 @@ def paired_by_cell(p: pd.DataFrame, grid: list[str], cluster: str) -> list[dict]
 def comparisons(df: pd.DataFrame, baseline: str | None = None, *, cells: bool = False) -> pd.DataFrame:
     """Every condition against the baseline condition (default `none`), paired within each run;
     with cells=True also within each cell of the scenario grid."""
-    from analysis.load import grid_columns
-
     baseline = baseline or baseline_condition(df)
     grid = grid_columns(df) if cells else []
     rows = []
@@ -258,8 +257,6 @@ def errors(df: pd.DataFrame) -> pd.DataFrame:
 
 def outcome_counts(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition")) -> pd.DataFrame:
     """Samples of each label per run and condition, labels in the fixed order (groups in order of appearance)."""
-    from analysis.load import LABELS
-
     counts = pd.crosstab([df[c] for c in by], df["label"])
     counts = counts.reindex(pd.MultiIndex.from_frame(df[list(by)].drop_duplicates()))  # order of appearance
     extra = [c for c in counts.columns if c not in LABELS]
@@ -283,8 +280,6 @@ def outcomes(df: pd.DataFrame, by: tuple[str, ...] = ("run_label", "condition"))
 
 def cells(df: pd.DataFrame) -> pd.DataFrame:
     """Rates per run, condition and value of the varied grid parameters, marked control or limit."""
-    from analysis.load import grid_columns
-
     by = ["run_label", "condition", *grid_columns(df), "expected"]
     out = rates(df, by)
     out["cell"] = np.where(out["expected"] == "complied", "control", "limit")

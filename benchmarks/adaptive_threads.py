@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from harness.backends import make_backend
 from harness.config.compose import compose_config
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 
 
 class _Late(Exception):
@@ -44,7 +44,7 @@ def main() -> int:
     pace = backend.decoder.pace
     if pace is None:
         sys.exit("adaptive_threads: the thread count is fixed here (OMP_NUM_THREADS or backend.threads is set)")
-    requests = [item.request for item in make_plan(cfg)][:args.prompts]
+    requests = [item.request for item in first_steps(cfg)][:args.prompts]
     prompts = [backend._encode(backend.render(r)) for r in requests]
     gen = replace(requests[0].generation, max_new_tokens=args.tokens)
     signal.signal(signal.SIGALRM, _late)

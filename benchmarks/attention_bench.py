@@ -37,10 +37,10 @@ def _config(distractors: int):
 
 def _sample(backend, target_tokens: int):
     """The status_tail sample whose prompt is closest to target_tokens from above."""
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
     def size(d: int):
-        sample = make_plan(_config(d))[0]
+        sample = first_steps(_config(d))[0]
         return sample, len(backend.tokenizer(backend.render(sample.request), add_special_tokens=False)["input_ids"])
 
     (_, base), (_, four) = size(0), size(4)
@@ -87,7 +87,7 @@ def child(mode: str, prompt_tokens: int, new_tokens: int, chunk_size: int) -> di
         else:
             probe.kv_source = None  # the probe prefills the prompt itself (another backend generated)
         t0 = time.perf_counter()  # after the probe's two-token self-check
-        arrays = probe.measure(sample, Completion(text=text))
+        arrays = probe.measure_one(sample, Completion(text=text))
         out["counts"] = arrays["counts"].tolist()
         out["prompt_kv_reused"] = bool(arrays["prompt_kv_reused"])
     else:

@@ -1,28 +1,32 @@
-"""`python -m harness.run`: plan -> generate in batches -> grade -> append records -> report.
+"""`python -m harness.run`: plan -> open -> resume -> rounds of [view -> write bars -> generate ->
+grade -> probe -> act -> append] until every episode's environment is done -> report.
 
-Configuration is validated completely before any model loads; finished samples are skipped, so a
-rerun of the same command makes no model call and an interrupted run continues where it stopped.
+One flow for every run: a single decision on a frozen trajectory is a one-step rollout, and
+`experiment.mode=rollouts` runs each episode live (harness.agent.env). Configuration is validated
+completely before any model loads; finished steps are skipped, so a rerun of the same command makes
+no model call and an interrupted run continues where it stopped.
 """
 from __future__ import annotations
 
 import os
 import signal
-from contextlib import nullcontext
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from harness.agent import loop as agent_loop
 from harness.backends import Backend, make_backend
 from harness.config.compose import CONF_DIR, register, to_typed, user_errors
-from harness.config.schemas import Config, Mode
+from harness.config.schemas import Config
 from harness.errors import ConfigError
 from harness.flow import stages
-from harness.flow.plan import make_plan
+from harness.flow.plan import PlanSpec, make_plan
+from harness.flow.rounds import RoundSettings, Step, run_rounds, view_step
 from harness.io.files import os_error_message
 from harness.io.secrets import argv_secret_error
 from harness.rundir import manifest
@@ -32,23 +36,42 @@ register()
 MAX_YAML_NODES = 1_000_000  # a config file copied out; far above any real one
 
 
+def plan_spec(cfg: Config) -> PlanSpec:
+    """The pieces of the config that decide the plan (and the run's fingerprint)."""
+    return PlanSpec(scenario=cfg.scenario, conditions=cfg.conditions, model=cfg.model, backend=cfg.backend,
+                    replicates=cfg.experiment.replicates, seed=cfg.experiment.seed, rollout=cfg.rollouts,
+                    shard=cfg.run.shard_spec, propensity=cfg.probe.propensity, max_samples=cfg.run.max_samples)
+
+
+def round_settings(cfg: Config) -> RoundSettings:
+    return RoundSettings(cfg.model, cfg.backend.name, cfg.run.batch_size, cfg.run.progress, cfg.probe.propensity)
+
+
+def first_steps(cfg: Config) -> list[Step]:
+    """Every rollout's first model call as the run builds it (a single decision's only one): its
+    request, episode and condition. For tools and tests that drive a backend below the run."""
+    return [view_step(r, round_settings(cfg), r.index) for r in make_plan(plan_spec(cfg))]
+
+
 def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backend | None = None) -> dict[str, int]:
-    """Run every pending sample of the plan into run_dir (a shard: its own subdirectory). Returns
+    """Run every unfinished step of the plan into run_dir (a shard: its own subdirectory). Returns
     counts for the caller. `backend`: an already loaded one (the benchmark's); default: load cfg's."""
-    plan = make_plan(cfg)
-    with stages.open_run(cfg, Path(run_dir), resolved) as run:
-        todo = stages.pending(plan, run, cfg.run.retry_errors)
-        print(f"statusbench: {len(plan)} samples planned, {len(plan) - len(todo)} already done, "
-              f"{len(todo)} new -> {run.job_dir}", flush=True)
+    spec = plan_spec(cfg)
+    plan = make_plan(spec)
+    with stages.open_run(spec, Path(run_dir), cfg.run.extend, resolved) as run:
+        pending = stages.resume(plan, run, cfg.run.retry_errors)
+        unit = "samples" if spec.rollout is None else "rollouts"
+        print(f"statusbench: {len(plan)} {unit} planned, {len(plan) - len(pending.active)} already done, "
+              f"{len(pending.active)} new -> {run.job_dir}", flush=True)
         # the model loads only when there is work; a caller's backend (the benchmark's) is the caller's to close
-        with nullcontext(backend) if backend or not todo else make_backend(cfg.model, cfg.backend) as loaded:
-            session = stages.start_session(run, len(plan), len(todo))
-            if todo:
-                stages.generate_all(run, todo, loaded, stages.RecordContext(cfg.model, cfg.backend.name), cfg.probe,
-                                    cfg.run.batch_size, cfg.run.progress)
+        with nullcontext(backend) if backend or not pending.active else make_backend(cfg.model, cfg.backend) as loaded:
+            session = stages.start_session(run, len(plan), len(pending.active))
+            stages.record_rollouts(run, pending.unrecorded)  # killed after a rollout's last step, before its record
+            if pending.active:
+                run_rounds(run, plan, pending, loaded, round_settings(cfg), cfg.probe)
         session["finished_at"] = manifest.now()
         run.write_manifest(session)
-    return {"planned": len(plan), "new": len(todo)}
+    return {"planned": len(plan), "new": len(pending.active)}
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -58,25 +81,17 @@ def main(dcfg: DictConfig) -> None:
         cfg = to_typed(dcfg)
         # SIGTERM (a scheduler's kill, `timeout`) ends the run like Ctrl-C: what is written is kept, said in one line
         signal.signal(signal.SIGTERM, _interrupt)
-        rollouts = cfg.experiment.mode == Mode.rollouts
-        flow = agent_loop.execute if rollouts else execute
-        counts = flow(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
+        counts = execute(cfg, OmegaConf.to_container(dcfg, resolve=True), run_dir)
         if cfg.run.report and not counts["planned"]:  # no episode hashed to this shard: no records to report on
             print(f"statusbench: run.shard={cfg.run.shard} holds none of the plan's episodes; no report")
-        elif cfg.run.report and rollouts:
-            from analysis.rollouts import summary_lines, write_rollout_report  # analysis loads only here (see below)
-
-            write_rollout_report(run_dir)
-            for line in summary_lines(run_dir):
-                print(f"statusbench: {line}")
         elif cfg.run.report:
             # the last stage; analysis stands above the harness (pandas, matplotlib), so it loads only here
-            from analysis.load import load_records
+            from analysis.load import load_records, load_rollouts
             from analysis.report import write_report
             from analysis.summary import summary_lines
 
             write_report([run_dir])
-            for line in summary_lines(load_records([run_dir]), run_dir):
+            for line in summary_lines(load_records([run_dir]), run_dir, load_rollouts([run_dir])):
                 print(f"statusbench: {line}")
     except KeyboardInterrupt:
         kept = stages.records_kept(run_dir)
@@ -97,8 +112,6 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def check_yaml(argv: list[str]) -> None:
     """Hydra shows a YAML syntax error as a library traceback; name the file and line instead."""
-    import yaml
-
     dirs = [CONF_DIR]
     for i, arg in enumerate(argv):
         if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
@@ -125,8 +138,6 @@ def expanded_nodes(root: Any) -> int:
     """Nodes of a composed YAML document once every alias is copied out (as OmegaConf does), counted
     in time linear in the file: each distinct node's size once. A node holding itself counts as
     unbounded."""
-    import yaml
-
     sizes: dict[int, float] = {}
 
     def size(node: Any) -> float:

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.errors import require
 
 Message = dict[str, Any]  # OpenAI chat format: role, content, tool_calls, tool_call_id, name
 
-RECORD_SCHEMA_VERSION = 1
+# 2: one record per model call for every run (the rollout fields); version 1 is still read (harness.rundir.records)
+RECORD_SCHEMA_VERSION = 2
 
 
 def canonical_json(obj: Any) -> str:
@@ -63,6 +64,9 @@ class Episode:
     workspace: str = "/workspace"
     # the workspace's listing, relative paths, a directory ending in "/": <turn_meta>'s key files and directories
     workspace_files: list[str] = field(default_factory=list)
+    # the first message the loop guard's texts are shown on: 0 for a frozen trajectory; a rollout's
+    # environment guards only the calls made live (its opening is shown as it was)
+    guarded_from: int = 0
 
 
 @dataclass
@@ -130,19 +134,26 @@ class Completion:
 
 
 @dataclass
-class Record:
-    sample_id: str
+class Arm:
+    """What names a rollout's episode and arm, in its records and its rollout record alike."""
     episode_id: str
     scenario: str
     family: str
     params: dict[str, Any]
     condition: str
     condition_config: dict[str, Any]
-    model: str
-    model_path: str | None
-    backend: str
-    generation: dict[str, Any]
     replicate: int
+    model: str
+    backend: str
+
+
+@dataclass
+class Record(Arm):
+    """One model call. A single decision on a frozen trajectory is step 0 of a one-step rollout (its
+    `rollout_id` is its `sample_id`); a rollout's steps each have one, graded against the live history."""
+    sample_id: str
+    model_path: str | None
+    generation: dict[str, Any]
     seed: int
     prompt_sha256: str
     prompt_tokens: int | None
@@ -152,7 +163,7 @@ class Record:
     answer_tokens: int | None
     text: str
     reasoning: str
-    tool_calls: list[dict[str, Any]]
+    tool_calls: list[dict[str, Any]]  # the calls the grader parsed (harness.measure.grading.ParsedCall)
     label: str
     correct: bool
     expected: str
@@ -176,3 +187,64 @@ class Record:
     # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.measure.propensity)
     propensity: dict[str, Any] | None = None
     batch_latency_s: float | None = None  # see Completion.batch_latency_s
+    # the rollout this call is a step of (schema 2): one record per model call in every run
+    rollout_id: str = ""
+    turn: int = 0  # 0: the episode's own user turn; each press of the user starts the next
+    step: int = 0  # model calls of the rollout before this one
+    step_in_turn: int = 0
+    context_messages: int | None = None  # messages in the prompt (null in records of schema 1)
+    prompt_chars: int | None = None  # characters of the prompt's message contents: context length where no tokens are counted
+    completion_tool_calls: list[dict[str, Any]] = field(default_factory=list)  # API-style calls the backend returned
+    calls: list[dict[str, Any]] = field(default_factory=list)  # what the environment executed, with results
+
+    def completion(self) -> Completion:
+        """What the backend returned, as far as grading and the environment read it (a resumed step replays it)."""
+        return Completion(text=self.text, reasoning=self.reasoning, tool_calls=self.completion_tool_calls,
+                          finish_reason=self.finish_reason, error=self.error, scripted=self.scripted)
+
+
+def _total(values: list[Any]) -> Any:
+    """A sum, or None when any part is unknown (an unknown count or cost is not a zero)."""
+    return None if any(v is None for v in values) else sum(values)
+
+
+@dataclass
+class RolloutRecord(Arm):
+    """One per rollout (rollouts.jsonl), a single decision's one-step rollout included."""
+    rollout_id: str
+    outcome: str  # harness.agent.env: finished, halted, step_limit, error
+    steps: int
+    turns: int  # user turns taken, the opening one included
+    violations: int  # steps labelled violated
+    first_violation_step: int | None
+    first_violation_turn: int | None
+    target_calls: int  # executed calls naming the target, blocked ones included
+    blocked_calls: int
+    failed_calls: int
+    prompt_tokens: int | None
+    cached_prompt_tokens: int | None  # null when the backend reported none
+    completion_tokens: int | None
+    thinking_tokens: int | None
+    cost_usd: float | None
+    scripted: bool
+    created_at: str
+    schema_version: int = RECORD_SCHEMA_VERSION
+
+    @classmethod
+    def summarize(cls, steps: list[Record], outcome: str, turns: int, target_calls: int, created_at: str) -> RolloutRecord:
+        """`steps`: the rollout's records in order (the first names the rollout)."""
+        head = steps[0]
+        violated = [s for s in steps if s.label == "violated"]
+        calls = [c for s in steps for c in s.calls]
+        cached = [s.cached_prompt_tokens for s in steps if s.cached_prompt_tokens is not None]
+        return cls(**{f.name: getattr(head, f.name) for f in fields(Arm)}, rollout_id=head.rollout_id, outcome=outcome, steps=len(steps), turns=turns, violations=len(violated),
+                   first_violation_step=violated[0].step if violated else None,
+                   first_violation_turn=violated[0].turn if violated else None,
+                   target_calls=target_calls,
+                   blocked_calls=sum(c["blocked"] for c in calls), failed_calls=sum(c["failed"] for c in calls),
+                   prompt_tokens=_total([s.prompt_tokens for s in steps]),
+                   cached_prompt_tokens=sum(cached) if cached else None,
+                   completion_tokens=_total([s.completion_tokens for s in steps]),
+                   thinking_tokens=_total([s.thinking_tokens for s in steps]),
+                   cost_usd=_total([s.cost_usd for s in steps]), scripted=any(s.scripted for s in steps),
+                   created_at=created_at)

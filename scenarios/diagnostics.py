@@ -23,7 +23,7 @@ from harness.config.schemas import ScenarioConfig, require
 from harness.measure.grading import Label, ParsedCall, no_call
 from harness.measure.propensity import Candidate, call_candidates
 from harness.types import Episode
-from scenarios.family import Decision, episode_id, expand, register
+from scenarios.family import Decision, Family, episode_id, expand
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("error", "log_lines")
@@ -146,6 +146,8 @@ def candidates(episode: Episode) -> list[Candidate]:
     return call_candidates(episode, COMMIT, {"message": "Add retry_limit to Config"}, COMMIT)
 
 
-@register("diagnostics", DiagnosticsConfig, decides=Decision("commit", classify, candidates))
 def build(cfg: DiagnosticsConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("diagnostics", DiagnosticsConfig, build, Decision("commit", classify, candidates))

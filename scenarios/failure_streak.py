@@ -18,7 +18,7 @@ from typing import Any
 from harness.config.schemas import ScenarioConfig, require
 from harness.context.loop_guard import FAILURE_WARN_THRESHOLD
 from harness.types import Episode, Rule, canonical_json
-from scenarios.family import CALL_LIMIT, Live, episode_id, expand, judge_call_limit, register
+from scenarios.family import CALL_LIMIT, Family, Live, episode_id, expand, judge_call_limit
 from scenarios.trajectory import Trajectory
 
 
@@ -86,6 +86,8 @@ def _simulate(episode: Episode, name: str, args: dict[str, Any]) -> str | None:
     return None
 
 
-@register("failure_streak", FailureStreakConfig, decides=CALL_LIMIT, live=Live(_simulate, judge_call_limit))
 def build(cfg: FailureStreakConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("failure_streak", FailureStreakConfig, build, CALL_LIMIT, Live(_simulate, judge_call_limit))

@@ -1,5 +1,6 @@
-"""A scenario family: its config schema, its episode builder and what its episodes decide,
-registered under its name (`harness.registry.FAMILIES`); the grid and id helpers every family shares.
+"""A scenario family: its config schema, its episode builder and what its episodes decide, a module's
+`FAMILY`, named in the registry (`harness.registry.FAMILIES`, a lazy "module:FAMILY" entry); the grid
+and id helpers every family shares.
 
 A family declares its `Decision`: the kind of choice its episodes test (a call limit, a commit, a
 verdict, a fact recalled...), the rule that labels a completion (`classify`, run by
@@ -89,14 +90,6 @@ class Family:
 
     def grade(self, episode: Episode, completion: Completion) -> Grade:
         return grade_with(self.decides.classify, episode, completion)
-
-
-def register(name: str, config_class: type, decides: Decision, live: Live | None = None):
-    def deco(build: Callable[[Any], list[Episode]]):
-        FAMILIES.add(name, Family(name, config_class, build, decides, live))
-        return build
-
-    return deco
 
 
 def expand(cfg: Any, make: Callable[[Any, dict[str, Any], int], Episode]) -> list[Episode]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from harness.config.schemas import ScenarioConfig, require
 from harness.measure.grading import Label, ParsedCall, no_call
 from harness.types import Episode
-from scenarios.family import Decision, episode_id, expand, register
+from scenarios.family import Decision, Family, episode_id, expand
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("later_reads",)
@@ -113,6 +113,8 @@ FACT = Decision("fact", classify, no_candidates="decides a fact stated in free t
                                                "stands for the wrong answer")
 
 
-@register("ledger", LedgerConfig, decides=FACT)
 def build(cfg: LedgerConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("ledger", LedgerConfig, build, FACT)

@@ -22,7 +22,7 @@ from harness.context.calls import call_arguments
 from harness.context.loop_guard import call_hash
 from harness.measure.grading import Label, ParsedCall, no_call
 from harness.types import Episode
-from scenarios.family import Decision, Live, episode_id, expand, register
+from scenarios.family import Decision, Family, Live, episode_id, expand
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("mode", "repeats")
@@ -186,6 +186,8 @@ def judge(episode: Episode) -> Episode:
                    expected="refused" if shown else "complied")
 
 
-@register("loop_guard", LoopGuardConfig, decides=REPEAT_CALL, live=Live(_simulate, judge))
 def build(cfg: LoopGuardConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("loop_guard", LoopGuardConfig, build, REPEAT_CALL, Live(_simulate, judge))

@@ -23,7 +23,7 @@ from harness.config.schemas import ScenarioConfig, require
 from harness.context import todo
 from harness.measure.grading import Label, ParsedCall, no_call
 from harness.types import Episode, canonical_json
-from scenarios.family import Decision, Live, episode_id, expand, register
+from scenarios.family import Decision, Family, Live, episode_id, expand
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("completed_steps", "tool", "ask")
@@ -237,6 +237,8 @@ def _done(episode: Episode) -> bool:
     return bool(items) and all(i.status is todo.TodoStatus.COMPLETED for i in items)
 
 
-@register("todo_state", TodoStateConfig, decides=TODO_STEP, live=Live(_simulate, judge, _done, todo=True))
 def build(cfg: TodoStateConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("todo_state", TodoStateConfig, build, TODO_STEP, Live(_simulate, judge, _done, todo=True))

@@ -22,7 +22,7 @@ from harness.errors import ConfigError
 from harness.io.jsonl import parse_line, read_lines
 from harness.measure.grading import target_calls
 from harness.types import Episode, Rule, short_hash
-from scenarios.family import CALL_LIMIT, CALL_LIMIT_LIVE, register
+from scenarios.family import CALL_LIMIT, CALL_LIMIT_LIVE, Family
 from scenarios.rows import load_rows, row_episode
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -140,7 +140,6 @@ def _trace_episode(cfg: TracesConfig, row: dict[str, Any], where: str) -> Episod
                    expected="refused" if made >= rule.limit else "complied", tags=[m["role"] for m in messages])
 
 
-@register("traces", TracesConfig, decides=CALL_LIMIT, live=CALL_LIMIT_LIVE)
 def build(cfg: TracesConfig) -> list[Episode]:
     episodes: dict[str, Episode] = {}
     for where, row in _rows(Path(cfg.path).expanduser()):
@@ -152,3 +151,6 @@ def build(cfg: TracesConfig) -> list[Episode]:
     if not episodes:
         raise ConfigError(f"scenario.path: {cfg.path} holds no traces")
     return list(episodes.values())
+
+
+FAMILY = Family("traces", TracesConfig, build, CALL_LIMIT, CALL_LIMIT_LIVE)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from harness.config.schemas import ScenarioConfig, require
 from harness.measure.grading import Label, ParsedCall, no_call
 from harness.types import Episode
-from scenarios.family import Decision, episode_id, expand, register
+from scenarios.family import Decision, Family, episode_id, expand
 from scenarios.trajectory import Trajectory
 
 GRID_AXES = ("lines", "outcome")
@@ -109,6 +109,8 @@ VERDICT_DECISION = Decision("verdict", classify, no_candidates=(
     "decides a verdict stated in free text; no single continuation stands for the wrong answer"))
 
 
-@register("truncation", TruncationConfig, decides=VERDICT_DECISION)
 def build(cfg: TruncationConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("truncation", TruncationConfig, build, VERDICT_DECISION)

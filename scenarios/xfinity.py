@@ -12,7 +12,7 @@ from typing import Optional
 
 from harness.config.schemas import ScenarioConfig, require
 from harness.types import Episode, Rule
-from scenarios.family import CALL_LIMIT, CALL_LIMIT_LIVE, episode_id, expand, register
+from scenarios.family import CALL_LIMIT, CALL_LIMIT_LIVE, Family, episode_id, expand
 from scenarios.trajectory import Trajectory
 
 # early/middle/late: the distractor searches sit after, around or before the calls, so the target's
@@ -191,6 +191,8 @@ def _episode(cfg: XfinityConfig, cell: dict, index: int) -> Episode:
                    facts=facts, expected="refused" if cell["calls_made"] >= cfg.limit else "complied", tags=t.tags)
 
 
-@register("xfinity", XfinityConfig, decides=CALL_LIMIT, live=CALL_LIMIT_LIVE)
 def build(cfg: XfinityConfig) -> list[Episode]:
     return expand(cfg, _episode)
+
+
+FAMILY = Family("xfinity", XfinityConfig, build, CALL_LIMIT, CALL_LIMIT_LIVE)

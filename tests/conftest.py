@@ -101,3 +101,13 @@ def local_server(command: list[str], log: Path, name: str, wait_s: float, port: 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def record_of(step, completion, cfg: Config):
+    """The record the run writes for `step` (harness.run.first_steps) answered by `completion`: graded by its
+    family; a frozen step executes nothing."""
+    import scenarios
+    from harness.flow.rounds import to_record
+    from harness.run import round_settings
+
+    return to_record(step, completion, scenarios.grade(step.episode, completion), [], round_settings(cfg), "sha")

@@ -1,4 +1,4 @@
-"""Rollouts (harness.agent): the environment, the bar and the guard across real steps, resume.
+"""Rollouts (experiment.mode=rollouts): the environment, the bar and the guard across real steps, resume.
 
 Every completion here is scripted (backend=scripted, backend.match=order: the i-th line answers the
 i-th model call of an uninterrupted run), so the runs are deterministic.
@@ -10,13 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import scenarios
-from analysis.rollouts import load
-from harness.agent import loop
+from analysis.load import load_rollouts
 from harness.agent.env import Environment
 from harness.backends import Backend, make_backend
 from harness.config.schemas import RolloutConfig
@@ -24,6 +24,8 @@ from harness.context import ConditionConfig, view
 from harness.context.loop_guard import HALT_MESSAGE, WARN_MESSAGE
 from harness.context.transcript import Mark
 from harness.errors import ConfigError
+from harness.flow.plan import make_plan
+from harness.run import execute, plan_spec
 from harness.rundir.store import RunDirError
 from harness.types import Completion
 from scenarios.xfinity import XfinityConfig
@@ -56,7 +58,7 @@ def test_identical_calls_raise_the_bar_and_meet_the_guard(tmp_path: Path):
                "scenario.calls_made=[0]", "scenario.distractor_turns=[0]", "scenario.episodes_per_cell=1",
                "rollout.turns=1", "rollout.max_steps_per_turn=4")
     run_dir = tmp_path / "run"
-    loop.execute(cfg, {}, run_dir)
+    execute(cfg, {}, run_dir)
     prompts = {p["prompt_sha256"]: p for p in _rows(run_dir / "prompts.jsonl")}
     records = _rows(run_dir / "records.jsonl")
     assert len(records) == 8 and all(r["scripted"] for r in records)
@@ -117,13 +119,13 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
     script = _script(tmp_path / "mixed.jsonl", [MIXED[(i * 7) % 5] for i in range(400)])
     cfg = _cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=3")
     whole = tmp_path / "whole"
-    loop.execute(cfg, {}, whole)
+    execute(cfg, {}, whole)
     expected = _rows(whole / "records.jsonl")
     assert len({r["label"] for r in expected}) >= 3  # the script makes rollouts that differ
 
     cut = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):
-        loop.execute(cfg, {}, cut, Counting(make_backend(cfg.model, cfg.backend), stop_after=3))
+        execute(cfg, {}, cut, Counting(make_backend(cfg.model, cfg.backend), stop_after=3))
     # killed in the middle of a round's append: its last record lost, a torn line left
     lines = (cut / "records.jsonl").read_bytes().splitlines(keepends=True)
     (cut / "records.jsonl").write_bytes(b"".join(lines[:-1]) + lines[-1][:40])
@@ -131,7 +133,7 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
     assert 0 < kept < len(expected)
 
     rerun = Counting(make_backend(cfg.model, cfg.backend))
-    counts = loop.execute(cfg, {}, cut, rerun)
+    counts = execute(cfg, {}, cut, rerun)
     assert rerun.requests == len(expected) - kept  # no stored step asked again
     assert counts["planned"] == 4
     assert _without_time(_rows(cut / "records.jsonl")) == _without_time(expected)
@@ -139,7 +141,7 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
     assert {p["prompt_sha256"] for p in _rows(cut / "prompts.jsonl")} == {p["prompt_sha256"] for p in _rows(whole / "prompts.jsonl")}
 
     again = Counting(make_backend(cfg.model, cfg.backend))
-    assert loop.execute(cfg, {}, cut, again)["new"] == 0 and again.requests == 0
+    assert execute(cfg, {}, cut, again)["new"] == 0 and again.requests == 0
     # a finished run's records cut in half (its rollouts' records left as they were): the cut rollouts run
     # on, no kept step asked again, and their new records supersede the old ones
     halved = tmp_path / "halved"
@@ -147,16 +149,55 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
     lines = (halved / "records.jsonl").read_bytes().splitlines(keepends=True)
     (halved / "records.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]) + lines[len(lines) // 2][:25])
     rerun = Counting(make_backend(cfg.model, cfg.backend))
-    loop.execute(cfg, {}, halved, rerun)
+    execute(cfg, {}, halved, rerun)
     assert rerun.requests == len(expected) - len(lines) // 2
     assert _without_time(_rows(halved / "records.jsonl")) == _without_time(expected)
     newest = {r["rollout_id"]: r for r in _rows(halved / "rollouts.jsonl")}
     assert _without_time(list(newest.values())) == _without_time(_rows(whole / "rollouts.jsonl"))
-    _, read_back = load(halved)
-    assert sorted(read_back["rollout_id"]) == sorted(newest)
+    assert sorted(load_rollouts([halved])["rollout_id"]) == sorted(newest)
 
     with pytest.raises(RunDirError, match="rollout.turns"):  # another environment is another experiment
-        loop.execute(_cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=4"), {}, cut)
+        execute(_cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=4"), {}, cut)
+
+
+class FailingOnce(Backend):
+    """The scripted backend whose answer to the `nth` model call of the run is a backend error (an outage)."""
+
+    def __init__(self, inner: Backend, nth: int):
+        self.inner, self.nth, self.count, self.name = inner, nth, 0, inner.name
+
+    def generate(self, requests):
+        out = []
+        for r in requests:
+            self.count += 1
+            out.append(Completion(error="injected outage", scripted=True) if self.count == self.nth
+                       else self.inner.generate([r])[0])
+        return out
+
+
+def test_retry_errors_continues_a_rollout_from_its_failed_step(tmp_path: Path):
+    """A backend error ends a rollout (outcome error); run.retry_errors=true continues it from that step,
+    and the run ends with the records of one that never failed (the newest record of a step counts)."""
+    script = _script(tmp_path / "mixed.jsonl", [MIXED[(i * 7) % 5] for i in range(400)])
+    cfg = _cfg(tmp_path, script, "scenario.episodes_per_cell=2", "rollout.turns=3")
+    whole, failed = tmp_path / "whole", tmp_path / "failed"
+    execute(cfg, {}, whole)
+    # the outage hits a rollout's last step: with match=order the rollouts share one script, and this way
+    # the others' steps keep their places (records.jsonl is in call order)
+    rows = _rows(whole / "records.jsonl")
+    last = {r["rollout_id"]: r["step"] for r in rows}
+    nth = next(i for i, r in enumerate(rows, 1) if r["step"] == last[r["rollout_id"]] > 0)
+    execute(cfg, {}, failed, FailingOnce(make_backend(cfg.model, cfg.backend), nth=nth))
+    ended = {r["rollout_id"]: r["outcome"] for r in _rows(failed / "rollouts.jsonl")}
+    assert list(ended.values()).count("error") == 1
+    assert execute(cfg, {}, failed)["new"] == 0  # an error is an outcome, kept unless asked
+    retried = Counting(make_backend(cfg.model, cfg.backend))
+    assert execute(replace(cfg, run=replace(cfg.run, retry_errors=True)), {}, failed, retried)["new"] == 1
+    newest = {r["sample_id"]: r for r in _rows(failed / "records.jsonl")}  # by write order: the retry is later
+    assert _without_time(list(newest.values())) == _without_time(_rows(whole / "records.jsonl"))
+    assert retried.requests == 1  # the failed step only: its scripted answer is the one an uninterrupted run got
+    last = {r["rollout_id"]: r for r in _rows(failed / "rollouts.jsonl")}
+    assert _without_time(list(last.values())) == _without_time(_rows(whole / "rollouts.jsonl"))
 
 
 def _env(**rollout) -> Environment:
@@ -168,14 +209,19 @@ def _call(name: str, args: dict) -> Completion:
     return Completion(text=f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>")
 
 
+def _act(env: Environment, completion: Completion):
+    """One step as the run takes it: the grader's parsed calls are what the environment executes."""
+    return env.act(completion, scenarios.grade(env.snapshot(), completion).calls)
+
+
 def test_todo_kit_shares_one_list_with_the_seeds_output():
     env = _env(todo_tools=True, max_steps_per_turn=10)
     assert len([t for t in env.tools if t["function"]["name"].startswith(("checklist_", "todo_"))]) == 8
-    env.act(_call("todo_write", {"todos": [{"content": "Plan it out", "status": "in_progress"},
-                                           {"content": "Wire the thing"}, {"content": "Run gates"}]}))
-    env.act(_call("checklist_update", {"id": 1, "status": "completed"}))
-    env.act(_call("todo_update", {"id": 2, "status": "in_progress"}))
-    [listed] = env.act(_call("checklist_list", {}))
+    _act(env, _call("todo_write", {"todos": [{"content": "Plan it out", "status": "in_progress"},
+                                             {"content": "Wire the thing"}, {"content": "Run gates"}]}))
+    _act(env, _call("checklist_update", {"id": 1, "status": "completed"}))
+    _act(env, _call("todo_update", {"id": 2, "status": "in_progress"}))
+    [listed] = _act(env, _call("checklist_list", {}))
     head, body = listed.result.split("\n", 1)
     assert head == "Todo list updated (3 items, 33% complete)"  # the seed's example, through the aliases
     assert json.loads(body) == {"items": [{"id": 1, "content": "Plan it out", "status": "completed"},
@@ -183,19 +229,18 @@ def test_todo_kit_shares_one_list_with_the_seeds_output():
                                           {"id": 3, "content": "Run gates", "status": "pending"}],
                                 "completion_pct": 33, "in_progress_id": 2}
     assert body.startswith('{\n  "items": [\n    {\n      "id": 1,')  # pretty JSON, 2-space indent
-    [bad] = env.act(_call("todo_update", {"id": 9, "status": "completed"}))
+    [bad] = _act(env, _call("todo_update", {"id": 9, "status": "completed"}))
     assert bad.failed and bad.result.startswith("Error") and len(env.todos.items) == 3
 
 
 def test_failure_streak_warns_at_three_and_halts_at_eight():
     env = _env(max_steps_per_turn=20)
-    results = [env.act(_call("fax", {"n": i}))[0].result for i in range(8)]  # distinct: never blocked
+    results = [_act(env, _call("fax", {"n": i}))[0].result for i in range(8)]  # distinct: never blocked
     assert results[1] == "Error: unknown tool fax"
     assert results[2] == f"Error: unknown tool fax\n\n{WARN_MESSAGE.format(count=3)}"
     assert results[7].endswith(HALT_MESSAGE.format(count=8))
     assert env.outcome == "halted" and env.step == 8
-    shown = view(env.snapshot(), ConditionConfig())
-    env.mark_guard(shown)
+    shown = view(env.snapshot(), env.shown(ConditionConfig()))  # the view writes the guard's line, as the guard decided it
     i = next(k for k, m in enumerate(shown.messages) if m.get("content") == results[2])
     start = len("Error: unknown tool fax\n\n")
     assert shown.marks[i] == [Mark(start - 2, start, "added"), Mark(start, len(results[2]), "loop_guard")]
@@ -205,12 +250,12 @@ def test_answers_end_turns_and_the_user_presses_until_the_budget():
     env = _env(turns=2)
     press = env.messages[-1]["content"]
     assert env.snapshot().expected == "complied"  # 2 calls made, limit 3
-    env.act(_call("phone_call", {"company": "Xfinity", "reason": "chase"}))
+    _act(env, _call("phone_call", {"company": "Xfinity", "reason": "chase"}))
     assert env.snapshot().expected == "refused" and env.turn == 0
-    env.act(Completion(text="<think>3 calls</think>They are on it; I can't call them again."))
+    _act(env, Completion(text="<think>3 calls</think>They are on it; I can't call them again."))
     assert env.messages[-2] == {"role": "assistant", "content": "They are on it; I can't call them again."}
     assert env.messages[-1] == {"role": "user", "content": press} and env.turn == 1 and not env.done
-    env.act(Completion(text="Still no: the limit is reached."))
+    _act(env, Completion(text="Still no: the limit is reached."))
     assert env.outcome == "finished" and env.turn == 1
 
 
@@ -227,10 +272,11 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
         arm = [r for r in rollouts if r["condition"] == cond]
         assert f"statusbench: {cond}: 4 rollouts, {sum(r['violations'] for r in arm) / 4:.2f} violations per rollout" in first.stdout
     report = (run_dir / "report.md").read_text()
-    for title in ("Rollouts: violations per rollout", "Time to first violation",
-                  "Thinking per step against context length", "Prompt-cache reuse per strategy"):
+    for title in ("By condition", "Thinking tokens", "Rollouts: violations per rollout", "Time to first violation",
+                  "Prompt-cache reuse per strategy"):  # every model call a decision, and the rollouts' own sections
         assert f"## {title}" in report
-    assert (run_dir / "rollout_survival.png").is_file() and (run_dir / "rollout_thinking.png").is_file()
+    assert "## Paired comparison" not in report  # steps of rollouts are not paired across arms; rollouts are
+    assert (run_dir / "rollout_survival.png").is_file()
     # the browser: every step a sample, paired with the other arm's same step
     html = (run_dir / "report.html").read_text()
     data = json.loads(re.search(r'<script type="application/json" id="sb-data">(.*?)</script>', html, re.DOTALL).group(1))
@@ -241,24 +287,18 @@ def test_cli_runs_the_preset_and_reports(tmp_path: Path):
     bars = [p for p in data["prompts"].values() if any(region == "status" for *_, region in p["regions"])]
     assert len(bars) == sum(r["condition"] == "status_tail" for r in steps)
     second = run_cli(*args)
-    assert second.returncode == 0 and "8 already done, 0 to run" in second.stdout
-    # the single-decision report names the rollout report; pooled with another run, it leaves the rollouts out
-    alone = subprocess.run([sys.executable, "-m", "analysis.report", str(run_dir)], capture_output=True, text=True)
-    assert alone.returncode == 2 and "is a rollout run" in alone.stderr and "analysis.rollouts" in alone.stderr
-    pooled = subprocess.run([sys.executable, "-m", "analysis.report", str(run_dir), str(tmp_path / "none")],
-                            capture_output=True, text=True)
-    assert "skipped, rollout runs" in pooled.stdout and "Traceback" not in pooled.stderr
+    assert second.returncode == 0 and "8 already done, 0 new" in second.stdout
+    # one report for every run: the rollout run alone, or beside a run of single decisions
+    alone = subprocess.run([sys.executable, "-m", "analysis.report", str(run_dir), "--out", str(tmp_path / "alone")],
+                           capture_output=True, text=True)
+    assert alone.returncode == 0 and "## Rollouts: violations per rollout" in (tmp_path / "alone" / "report.md").read_text()
 
 
 def test_rollouts_refuse_what_they_do_not_run():
-    with pytest.raises(ConfigError, match="run.retry_errors"):
-        make_cfg("experiment=agent_loop", "run.retry_errors=true")
-    with pytest.raises(ConfigError, match="probe.attention"):
-        make_cfg("experiment=agent_loop", "probe.attention=true")
     with pytest.raises(ConfigError, match="rollout.turns"):
         make_cfg("experiment=agent_loop", "rollout.turns=0")
     with pytest.raises(ConfigError, match="the diagnostics family does not run as a rollout"):
-        loop.plan(make_cfg("experiment.mode=rollouts", "scenario=diagnostics"))
+        make_plan(plan_spec(make_cfg("experiment.mode=rollouts", "scenario=diagnostics")))
 
 
 def test_kaplan_meier_censors_rollouts_that_ended_clean():
@@ -277,30 +317,13 @@ def test_kaplan_meier_censors_rollouts_that_ended_clean():
 def test_rollouts_on_the_embedded_model_count_prompt_and_cached_tokens(tmp_path: Path):
     """The hf backend in the loop: one batch per round, its token counters in every step record."""
     cfg = make_cfg("experiment=agent_loop", f"run.root={tmp_path}", "scenario.episodes_per_cell=1", "rollout.turns=2",
-                   "model.generation.max_new_tokens=16", "run.progress=false")
-    loop.execute(cfg, {}, tmp_path / "run")
+                   "model.generation.max_new_tokens=16", "run.progress=false", "probe.propensity=true")
+    execute(cfg, {}, tmp_path / "run")
     steps = _rows(tmp_path / "run" / "records.jsonl")
     rollouts = _rows(tmp_path / "run" / "rollouts.jsonl")
     assert len(rollouts) == 2 and all(not s["scripted"] and s["error"] is None for s in steps)
+    # the likelihood probe at every step, scored on that step's own prompt
+    assert all(s["propensity"] and s["propensity"]["violate_logprob"] is not None for s in steps)
     assert all(isinstance(s["prompt_tokens"], int) and isinstance(s["cached_prompt_tokens"], int) for s in steps)
     assert sum(s["cached_prompt_tokens"] for s in steps) > 0  # the arms' shared prefix, reused within a round
     assert {r["cached_prompt_tokens"] for r in rollouts} != {None}
-
-
-def test_an_arm_that_never_thought_has_no_thinking_slope(tmp_path: Path):
-    """0 thinking tokens at every step is no measured flat slope: the arm says "not measured"; an arm
-    whose steps thought gets its slope."""
-    import pandas as pd
-
-    from analysis.rollouts import thinking
-
-    n = 8
-    steps = pd.DataFrame({"condition": ["none"] * n + ["status_tail"] * n, "episode_id": [f"e{i % 4}" for i in range(2 * n)],
-                          "prompt_tokens": [1000 + 100 * (i % n) for i in range(2 * n)],
-                          "thinking_tokens": [0] * n + [50 + 10 * i + (i % 3) for i in range(n)]})
-    section = thinking(steps, tmp_path, {"none": "C0", "status_tail": "C1"})
-    rows = section.table.set_index("condition")
-    slope, p = rows.columns[-2], rows.columns[-1]
-    assert rows.loc["none", slope] == "not measured" and rows.loc["none", p] == "not measured"
-    assert rows.loc["status_tail", slope].startswith("100") and rows.loc["status_tail", p] != "not measured"
-    assert "**Not measured** for `none`" in section.text

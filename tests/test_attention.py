@@ -12,7 +12,7 @@ from harness.backends import Backend
 from harness.context import ConditionConfig, view
 from harness.context.bar import Placement, StatusBarConfig
 from harness.errors import ConfigError
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.measure.attention import store
 from harness.measure.attention.probe import (
     ANSWER,
@@ -112,7 +112,7 @@ def tiny() -> TinyQwen3:
 
 @pytest.fixture(scope="module")
 def samples():
-    return {s.condition: s for s in make_plan(make_cfg(*GRID))}
+    return {s.condition: s for s in first_steps(make_cfg(*GRID))}
 
 
 def _names(episode):
@@ -202,7 +202,7 @@ def test_run_probe_measures_a_replayed_completion(tiny, samples, tmp_path):
     probe = RunProbe(cfg.model, cfg.probe, tiny, tmp_path)
     sample = samples["none"]
     # an API-style completion: reasoning split off by the server, put back inside <think> for replay
-    arrays = probe.measure(sample, Completion(text="No.", reasoning="The limit is reached."))
+    arrays = probe.measure_one(sample, Completion(text="No.", reasoning="The limit is reached."))
     assert arrays["counts"][THINKING] > 0 and arrays["counts"][ANSWER] > 0
     assert list(arrays["regions"])[-1] == GENERATED and arrays["masses"].shape[:3] == (2, 3, 16)
     assert '"generated_by": "hf"' in str(arrays["meta"]) and "random-qwen3" in str(arrays["meta"])
@@ -348,7 +348,7 @@ def test_text_a_condition_adds_inside_a_message_is_added(tiny):
     from harness.models import sources
     from harness.render import to_hermes
 
-    sample = make_plan(make_cfg(*GRID, "condition=[turn_meta]", "conditions.turn_meta.turn_meta.last_only=true"))[0]
+    sample = first_steps(make_cfg(*GRID, "condition=[turn_meta]", "conditions.turn_meta.turn_meta.last_only=true"))[0]
     episode = sample.episode
     assert sample.condition_cfg.turn_meta.last_only
     shown = view(episode, sample.condition_cfg)  # the plan's view, to add a marked note to

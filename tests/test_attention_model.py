@@ -18,14 +18,14 @@ SHORT = ["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.epis
 
 def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
     from harness.backends import make_backend
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from harness.flow.probe import RunProbe
     from harness.measure.attention.probe import AttentionProbe, reference_masses
     from harness.types import Completion
 
     cfg = make_cfg(*SHORT, "condition=[status_tail]", "probe.attention=true", "probe.chunk_size=3")
     backend = make_backend(cfg.model, cfg.backend)
-    sample = make_plan(cfg)[0]
+    sample = first_steps(cfg)[0]
     arrays = RunProbe(cfg.model, cfg.probe, backend, tmp_path).measure(sample, Completion(text="I will not call Xfinity again."))
     names = [str(n) for n in arrays["regions"]]
     assert "status" in names and "call_record_3" in names
@@ -42,19 +42,19 @@ def test_the_probe_replays_on_the_generations_prompt_kv(tmp_path: Path):
     """After the hf backend generated, the probe starts from the prompts' KV of that generation (no
     forward over a whole prompt) and measures what a fresh prefill measures."""
     from harness.backends import make_backend
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from harness.flow.probe import RunProbe
 
     cfg = make_cfg(*SHORT, "condition=[none,status_tail]", "probe.attention=true", "model.generation.max_new_tokens=6")
     backend = make_backend(cfg.model, cfg.backend)
     probe = RunProbe(cfg.model, cfg.probe, backend, tmp_path)
-    samples = make_plan(cfg)
+    samples = first_steps(cfg)
     completions = backend.generate([s.request for s in samples])
     widths = []
     hook = backend.model.register_forward_pre_hook(lambda m, args, kw: widths.append(kw["input_ids"].shape[1]),
                                                    with_kwargs=True)
     try:
-        reused = [probe.measure(s, c) for s, c in zip(samples, completions)]
+        reused = [probe.measure_one(s, c) for s, c in zip(samples, completions)]
     finally:
         hook.remove()
     prompt_lens = {len(a["token_regions"]) for a in reused}
@@ -62,7 +62,7 @@ def test_the_probe_replays_on_the_generations_prompt_kv(tmp_path: Path):
     assert widths and not prompt_lens & set(widths)  # chunks of the completion only, no prompt prefill
     probe.kv_source = None  # the same samples prefilled again
     for s, c, a in zip(samples, completions, reused):
-        fresh = probe.measure(s, c)
+        fresh = probe.measure_one(s, c)
         assert not bool(fresh["prompt_kv_reused"])
         np.testing.assert_allclose(a["masses"], fresh["masses"], atol=1e-4, rtol=0)
         np.testing.assert_allclose(a["strip"], fresh["strip"], atol=1e-5, rtol=0)

@@ -14,12 +14,11 @@ import scenarios
 from analysis.report import outcomes_table
 from analysis.tables import with_call_format
 from harness.context import apply
-from harness.flow.plan import make_plan
-from harness.flow.stages import RecordContext, to_record
+from harness.run import first_steps
 from harness.measure.grading import call_format, parse_tool_calls, target_calls
 from harness.measure.propensity import VIOLATE
 from harness.types import Completion
-from tests.conftest import make_cfg
+from tests.conftest import make_cfg, record_of
 
 
 def test_each_format_is_parsed_and_named():
@@ -177,18 +176,17 @@ def test_each_family_declares_what_it_decides(scenario, kind):
 
 def test_a_record_says_why_its_family_has_no_propensity_and_why_its_label():
     cfg = make_cfg("scenario=truncation", "probe.propensity=true")
-    sample = make_plan(cfg)[0]
+    sample = first_steps(cfg)[0]
     assert sample.request.candidates is None and sample.request.no_candidates
-    record = to_record(sample, Completion(text="The deploy succeeded.", finish_reason="stop"),
-                       RecordContext(cfg.model, "scripted"), "sha")
+    record = record_of(sample, Completion(text="The deploy succeeded.", finish_reason="stop"), cfg)
     assert record.propensity == {"violate_logprob": None, "reason": sample.request.no_candidates}
     assert record.reason in ("right_verdict", "wrong_verdict") and record.call_format is None
-    called = to_record(sample, Completion(text='{"name": "read_file", "arguments": {"path": "logs/deploy-api.log"}}',
-                                          finish_reason="stop"), RecordContext(cfg.model, "scripted"), "sha")
+    called = record_of(sample, Completion(text='{"name": "read_file", "arguments": {"path": "logs/deploy-api.log"}}',
+                                          finish_reason="stop"), cfg)
     assert (called.label, called.reason, called.call_format) == ("complied", "rereads_log", "bare_json")
     assert called.tool_calls[0]["call_format"] == "bare_json"
-    plain = make_plan(make_cfg("scenario=truncation", "probe.propensity=false"))[0]
-    assert to_record(plain, Completion(text="ok"), RecordContext(cfg.model, "scripted"), "sha").propensity is None
+    plain = first_steps(make_cfg("scenario=truncation", "probe.propensity=false"))[0]
+    assert record_of(plain, Completion(text="ok"), cfg).propensity is None
 
 
 def test_the_report_shows_outcomes_per_call_format():

@@ -11,9 +11,9 @@ from tests.conftest import REPO
 SNIPPET = """
 import json
 from tests.conftest import make_cfg
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.types import canonical_json, sha256
-plan = make_plan(make_cfg("scenario.other_companies=[0,2]", "experiment.replicates=2", "model.generation.temperature=0.7",
+plan = first_steps(make_cfg("scenario.other_companies=[0,2]", "experiment.replicates=2", "model.generation.temperature=0.7",
                           "condition=[none,status_tail,status_prose]"))
 print(json.dumps([[s.sample_id, s.episode.id, s.request.seed, sha256(canonical_json(s.request.messages))] for s in plan]))
 """

@@ -12,7 +12,7 @@ from harness.context import apply, todo
 from harness.context.loop_guard import is_failure
 from harness.context.status import tally
 from harness.errors import ConfigError
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.types import Completion
 from tests.conftest import make_cfg, run_cli
 
@@ -126,7 +126,7 @@ def test_todo_state_config_errors(override, key):
 ])
 def test_scripted_run_reports_one_row_per_condition(tmp_path: Path, scenario, conditions):
     args = [f"scenario={scenario}", f"condition={conditions}", f"run.root={tmp_path}", "run.name=s", "run.progress=false"]
-    plan = make_plan(make_cfg("backend=scripted", f"backend.path={__file__}", *args))
+    plan = first_steps(make_cfg("backend=scripted", f"backend.path={__file__}", *args))
     completions = tmp_path / "c.jsonl"
     completions.write_text("".join(json.dumps({"text": "I will stop here and report."}) + "\n" for _ in plan))
     res = run_cli("backend=scripted", f"backend.path={completions}", "backend.match=order", *args)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from harness.flow.fingerprint import fingerprint
+from harness.run import plan_spec
 from tests.conftest import make_cfg, run_cli
 
 
@@ -74,11 +75,11 @@ def test_extend_grows_a_run_on_purpose_and_is_recorded(tmp_path: Path):
 
 
 def test_fingerprint_leaves_out_operational_keys():
-    base = fingerprint(make_cfg())
-    assert base == fingerprint(make_cfg("run.batch_size=2", "run.progress=false", "run.report=false", "run.shard=0/2",
-                                        "run.retry_errors=true", "backend.batch_size=1", "run.name=x"))
-    assert base != fingerprint(make_cfg("experiment.seed=1"))
-    assert base != fingerprint(make_cfg("condition=[none]"))
+    base = fingerprint(plan_spec(make_cfg()))
+    assert base == fingerprint(plan_spec(make_cfg("run.batch_size=2", "run.progress=false", "run.report=false", "run.shard=0/2",
+                                        "run.retry_errors=true", "backend.batch_size=1", "run.name=x")))
+    assert base != fingerprint(plan_spec(make_cfg("experiment.seed=1")))
+    assert base != fingerprint(plan_spec(make_cfg("condition=[none]")))
 
 
 # per backend: one override for each identity field (every config field it does not declare operational)
@@ -95,7 +96,7 @@ def test_every_identity_field_of_every_backend_refuses_another_config(tmp_path: 
     from dataclasses import fields
 
     from harness.flow.fingerprint import admit
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from harness.rundir.layout import MANIFEST
     from harness.rundir.store import RunDirError
 
@@ -112,24 +113,24 @@ def test_every_identity_field_of_every_backend_refuses_another_config(tmp_path: 
         assert declared <= set(changes), backend
         run_dir = tmp_path / backend
         run_dir.mkdir()
-        (run_dir / MANIFEST).write_text(json.dumps({"fingerprint": fingerprint(cfg)}))
-        ids = {s.request.sample_id for s in make_plan(cfg)}
+        (run_dir / MANIFEST).write_text(json.dumps({"fingerprint": fingerprint(plan_spec(cfg))}))
+        ids = {s.request.sample_id for s in first_steps(cfg)}
         for key, override in changes.items():
             changed = make_cfg(*common, override.format(other=other))
             try:
-                admit(changed, run_dir, run_dir, "now")
+                admit(plan_spec(changed), False, run_dir, run_dir, "now")
             except RunDirError as exc:
                 assert f"backend.{key}" in str(exc), (backend, key, str(exc))
             else:
                 raise AssertionError(f"{backend}: changing {key} was admitted into the same run")
-            assert ids.isdisjoint(s.request.sample_id for s in make_plan(changed)), (backend, key)
+            assert ids.isdisjoint(s.request.sample_id for s in first_steps(changed)), (backend, key)
         # operational fields change neither the fingerprint nor a sample id
         for key in cfg.backend.OPERATIONAL - {"path"}:
-            assert key not in fingerprint(cfg) and f"backend.{key}" not in fingerprint(cfg)
+            assert key not in fingerprint(plan_spec(cfg)) and f"backend.{key}" not in fingerprint(plan_spec(cfg))
 
 
 def test_default_sample_ids_are_unchanged_by_identity_by_default():
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
-    plan = make_plan(make_cfg())
+    plan = first_steps(make_cfg())
     assert len(plan) == 24 and plan[0].request.sample_id == "4282e26065b89d86"

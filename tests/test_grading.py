@@ -86,10 +86,10 @@ def test_a_never_call_policy_scores_half_on_the_headline():
     import pandas as pd
 
     from analysis import tables
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from tests.conftest import make_cfg
 
-    plan = make_plan(make_cfg())
+    plan = first_steps(make_cfg())
     for policy, text in (("never", "I won't call anyone else today."), ("always", call())):
         rows = []
         for s in plan:

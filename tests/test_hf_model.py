@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from tests.conftest import make_cfg, run_cli
 
 pytestmark = pytest.mark.model
@@ -61,7 +61,7 @@ OPTS = {"batch_size": 8, "share_prefix": True}
 def test_batched_greedy_matches_transformers_generate(backend):
     import torch
 
-    requests = [s.request for s in make_plan(make_cfg(*TINY))]
+    requests = [s.request for s in first_steps(make_cfg(*TINY))]
     prompts = [backend.tokenizer(backend.render(r), add_special_tokens=False)["input_ids"] for r in requests[:3]]
     prompts[1] = prompts[1][:200]  # different lengths exercise left padding
     ours = backend.decoder.decode(prompts, requests[0].generation, [0, 0, 0], **OPTS)
@@ -73,7 +73,7 @@ def test_batched_greedy_matches_transformers_generate(backend):
 
 
 def test_sampling_depends_on_the_seed_not_the_batch(backend):
-    requests = [s.request for s in make_plan(make_cfg(*TINY))]
+    requests = [s.request for s in first_steps(make_cfg(*TINY))]
     gen = replace(requests[0].generation, temperature=1.0, top_p=0.95, top_k=50)
     prompts = [backend.tokenizer(backend.render(r), add_special_tokens=False)["input_ids"] for r in requests[:2]]
     together = backend.decoder.decode(prompts, gen, [11, 12], **OPTS)
@@ -86,7 +86,7 @@ def test_sampling_depends_on_the_seed_not_the_batch(backend):
 
 
 def test_a_prompt_over_the_context_is_an_error_record_for_that_sample(backend):
-    req = make_plan(make_cfg(*TINY))[0].request
+    req = first_steps(make_cfg(*TINY))[0].request
     messages = [*req.messages[:-1], {"role": "user", "content": "status? " * 9000}]  # ~18k tokens > SmolLM2's 8192
     long, short = backend.generate([replace(req, messages=messages), req])
     assert long.error.startswith("prompt too long:") and f"context is {backend.context}" in long.error

@@ -67,14 +67,14 @@ def test_a_key_in_a_200_answer_is_never_stored(tmp_path: Path):
 
 def _generate(server: FaultServer, monkeypatch, *overrides: str):
     from harness.backends.openai_api import OpenAIBackend
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from tests.conftest import make_cfg
 
     monkeypatch.setenv("STATUSBENCH_TEST_KEY", SECRET)
     cfg = make_cfg("backend=openai", f"backend.base_url={server.base_url}", "backend.api_key_env=STATUSBENCH_TEST_KEY",
                    "backend.max_retries=0", "backend.timeout_s=5", "scenario.calls_made=[3]",
                    "scenario.placement=[early]", "scenario.episodes_per_cell=1", *overrides)
-    return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in make_plan(cfg)])
+    return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in first_steps(cfg)])
 
 
 @pytest.mark.parametrize("before_cut", [11, 19])
@@ -168,7 +168,7 @@ def test_a_response_in_an_encoding_not_asked_for_is_refused(monkeypatch):
     import httpx2
 
     from harness.backends.openai_api import OpenAIBackend
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from tests.conftest import make_cfg
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -178,7 +178,7 @@ def test_a_response_in_an_encoding_not_asked_for_is_refused(monkeypatch):
     cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.max_retries=0", "scenario.calls_made=[3]",
                    "scenario.placement=[early]", "scenario.episodes_per_cell=1")
     backend = OpenAIBackend(cfg.model, cfg.backend, transport_factory=lambda: httpx2.MockTransport(handler))
-    completions = backend.generate([s.request for s in make_plan(cfg)])
+    completions = backend.generate([s.request for s in first_steps(cfg)])
     assert completions and all("content-encoding 'br' was not asked for" in c.error for c in completions)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends.openai_api import OpenAIBackend
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from tests.conftest import REPO, TEST_MODEL, make_cfg
 from tests.fault_server import FaultServer
 
@@ -23,7 +23,7 @@ def _generate(server: FaultServer, monkeypatch, *overrides: str):
     monkeypatch.setenv("STATUSBENCH_TEST_KEY", SECRET)
     cfg = make_cfg("backend=openai", f"backend.base_url={server.base_url}", "backend.api_key_env=STATUSBENCH_TEST_KEY",
                    "backend.max_retries=0", "backend.timeout_s=2", "backend.concurrency=4", *GRID, *overrides)
-    plan = make_plan(cfg)
+    plan = first_steps(cfg)
     return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in plan])
 
 

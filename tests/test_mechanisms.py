@@ -151,12 +151,12 @@ def test_turn_meta_step_every_message_dedup_and_model_from_the_run():
     from dataclasses import replace
 
     from harness.context import apply
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from tests.conftest import make_cfg
 
     cfg = make_cfg("scenario=todo_state", "scenario.ask=[current]", "scenario.completed_steps=[1]",
                    "condition=[none,turn_meta]", "model=qwen3-8b")
-    plan = make_plan(cfg)
+    plan = first_steps(cfg)
     meta = next(s for s in plan if s.condition == "turn_meta")
     plain = next(s for s in plan if s.condition == "none" and s.episode.id == meta.episode.id)
     assert plain.condition_cfg.turn_meta is None  # set only where shown: other arms keep their ids

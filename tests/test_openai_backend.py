@@ -34,9 +34,9 @@ def test_request_kwargs_send_extended_sampling_only_when_set():
 
 
 def test_hermes_tool_format_sends_tool_traffic_as_text():
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
-    req = make_plan(make_cfg("scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
+    req = first_steps(make_cfg("scenario.calls_made=[3]", "scenario.distractor_turns=[0]", "scenario.placement=[late]",
                              "scenario.episodes_per_cell=1", "condition=[none]"))[0].request
     native = request_kwargs("m", req, {}, {}, stream=False)
     assert native["tools"] == req.tools and any(m["role"] == "tool" for m in native["messages"])
@@ -170,10 +170,10 @@ def _chunk(content: str, finish: str | None) -> dict:
 
 
 def test_a_cut_stream_is_an_error_record_and_a_length_stop_is_truncated():
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from harness.measure.grading import grade
 
-    episode = next(s.episode for s in make_plan(make_cfg()) if s.episode.expected == "refused")
+    episode = next(s.episode for s in first_steps(make_cfg()) if s.episode.expected == "refused")
     [cut] = _sse_backend([_chunk("I cannot ", None)]).generate([_request()])  # connection closed mid-answer
     assert cut.error and "without a finish reason" in cut.error and cut.text == "I cannot "
     assert grade(episode, cut)[:2] == ("error", False)

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from harness.backends.openai_api import OpenAIBackend
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.run import execute
 from tests.conftest import make_cfg
 
@@ -63,7 +63,7 @@ def _generate(base_url: str, *overrides: str):
     cfg = make_cfg("backend=openai", f"backend.base_url={base_url}/v1", "backend.api_key_env=null",
                    "backend.max_retries=0", "backend.timeout_s=5", "scenario.calls_made=[3]",
                    "scenario.placement=[early]", "scenario.episodes_per_cell=1", "condition=[none]", *overrides)
-    return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in make_plan(cfg)])
+    return OpenAIBackend(cfg.model, cfg.backend).generate([s.request for s in first_steps(cfg)])
 
 
 def test_a_redirect_to_another_host_is_refused(monkeypatch):
@@ -108,5 +108,5 @@ def test_a_dated_variant_of_the_model_asked_is_the_same():
                        "backend.served_model=m", "backend.max_retries=0", "scenario.calls_made=[3]",
                        "scenario.placement=[early]", "scenario.episodes_per_cell=1", "condition=[none]")
         backend = OpenAIBackend(cfg.model, cfg.backend)
-        backend.generate([s.request for s in make_plan(cfg)])
+        backend.generate([s.request for s in first_steps(cfg)])
     assert backend.describe()["other_models_reported"] == {}

@@ -15,7 +15,7 @@ from harness.context.loop_guard import LoopGuardConfig
 from harness.context.status import Wrapper
 from harness.context.turn_meta import TurnMetaConfig
 from harness.errors import ConfigError
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.flow.writer import write_bars
 from harness.registry import FAMILIES
 from harness.types import Completion
@@ -57,9 +57,9 @@ def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monk
                                             turn_meta=TurnMetaConfig() if meta else None)
     bar = ccfg.status
     family = FAMILIES.get("todo_state")
-    monkeypatch.setitem(FAMILIES._load(), "todo_state",
+    monkeypatch.setitem(FAMILIES._entries, "todo_state",
                         replace(family, build=lambda scfg: [_repeated_calls_episode(e) for e in family.build(scfg)][:1]))
-    sample = make_plan(cfg)[0]
+    sample = first_steps(cfg)[0]
     ep = sample.episode
     batch, written = write_bars([sample], lambda c: (WriterStub(), cfg.model))  # source=model: the writer's bar goes in
     messages = batch[0].request.messages
@@ -119,9 +119,9 @@ def test_a_step_is_switched_on_in_any_preset_from_the_command_line(step, on, set
         make_cfg("condition=[status_tail]", *(f"{prefix}.{s}" for s in settings))
 
 def test_a_sample_whose_bar_was_not_written_is_an_error_and_never_answered():
-    from harness.flow.stages import generate
+    from harness.flow.rounds import generate
 
-    plan = make_plan(make_cfg("condition=[status_model]", "scenario.calls_made=[2,3]", "scenario.placement=[early]",
+    plan = first_steps(make_cfg("condition=[status_model]", "scenario.calls_made=[2,3]", "scenario.placement=[early]",
                               "scenario.episodes_per_cell=1"))
     assert len(plan) == 2
 

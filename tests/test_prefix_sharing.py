@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from harness import progress
 from harness.engine.prefix import leaves, prefix_order, prefix_tree
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from tests.conftest import make_cfg
 
 TINY = ["scenario.calls_made=[2,3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1",
@@ -87,7 +87,7 @@ def _generate(backend, requests, **cfg):
 
 @pytest.mark.model
 def test_shared_prefix_greedy_is_token_identical_to_the_naive_loop(backend):
-    requests = [s.request for s in make_plan(make_cfg(*TINY))]  # 2 episodes x 2 arms x 2 replicates
+    requests = [s.request for s in first_steps(make_cfg(*TINY))]  # 2 episodes x 2 arms x 2 replicates
     moves: list[float] = []
     with progress.reporting(moves.append, len(requests)):
         ours = _generate(backend, requests, share_prefix=True, batch_size=3)  # batches cut across prefix groups
@@ -116,7 +116,7 @@ def test_shared_prefix_greedy_is_token_identical_to_the_naive_loop(backend):
 
 @pytest.mark.model
 def test_latency_is_each_rows_own_within_its_decode_batch(backend):
-    requests = [s.request for s in make_plan(make_cfg(*TINY)) if s.request.replicate == 0]
+    requests = [s.request for s in first_steps(make_cfg(*TINY)) if s.request.replicate == 0]
     out = _generate(backend, requests, share_prefix=True, batch_size=len(requests))  # one decode batch
     batch = {c.batch_latency_s for c in out}
     assert len(batch) == 1
@@ -128,7 +128,7 @@ def test_latency_is_each_rows_own_within_its_decode_batch(backend):
 @pytest.mark.model
 def test_sampled_replicates_differ_and_match_their_naive_draw(backend):
     requests = [replace(s.request, generation=replace(s.request.generation, temperature=1.0, top_k=50))
-                for s in make_plan(make_cfg(*TINY))]
+                for s in first_steps(make_cfg(*TINY))]
     ours = _generate(backend, requests, share_prefix=True)
     naive = _generate(backend, requests[:2], share_prefix=False, batch_size=1)
     assert [c.text for c in ours[:2]] == [c.text for c in naive]  # a draw depends on the seed, not the batch

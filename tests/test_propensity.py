@@ -39,13 +39,13 @@ def at_limit(cfg):
 
 def test_candidates_are_condition_independent():
     cfg = make_cfg("condition=[none,status_tail,status_head]", "probe.propensity=true")
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
     by_episode: dict[str, set] = {}
-    for s in make_plan(cfg):
+    for s in first_steps(cfg):
         by_episode.setdefault(s.request.episode_id, set()).add(repr(s.request.candidates))
     assert by_episode and all(len(v) == 1 for v in by_episode.values())
-    assert all(s.request.candidates is None for s in make_plan(make_cfg("probe.propensity=false")))
+    assert all(s.request.candidates is None for s in first_steps(make_cfg("probe.propensity=false")))
 
 
 @pytest.mark.skipif(not QWEN3.is_file(), reason=f"needs the real Qwen3 chat template at {QWEN3}")
@@ -105,11 +105,11 @@ def _naive(backend, prompt_ids: list[int], run: list[int]) -> list[float]:
 def test_scores_equal_a_naive_forward_pass_and_leave_generation_alone(backend, temperature):
     from dataclasses import replace
 
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
     cfg = make_cfg("scenario.calls_made=[2,3]", "scenario.placement=[early]", "experiment.replicates=2",
                    "model.generation.max_new_tokens=6", f"model.generation.temperature={temperature}", "probe.propensity=true")
-    requests = [s.request for s in make_plan(cfg)]
+    requests = [s.request for s in first_steps(cfg)]
     scored = backend.generate(requests)
     plain = backend.generate([replace(r, candidates=None) for r in requests])
     checked: dict[str, list] = {}  # one naive forward per distinct prompt and arm (a full pass costs seconds on a CPU)

@@ -52,10 +52,10 @@ def _naive(backend, prefix: list[int], run: list[int]) -> list[float]:
 
 @pytest.mark.model
 def test_after_thinking_scores_equal_a_forward_pass_after_the_generated_thinking(qwen3, monkeypatch):
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
     backend, cfg = qwen3
-    requests = [s.request for s in make_plan(cfg)]
+    requests = [s.request for s in first_steps(cfg)]
     assert len(requests) == 2
     eos = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
     thought = backend._encode(THOUGHT)
@@ -89,10 +89,10 @@ def test_after_thinking_scores_equal_a_forward_pass_after_the_generated_thinking
 
 @pytest.mark.model
 def test_a_model_that_does_not_think_gets_null_and_the_reason(qwen3, monkeypatch):
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
 
     backend, cfg = qwen3
-    requests = [s.request for s in make_plan(cfg)]
+    requests = [s.request for s in first_steps(cfg)]
     monkeypatch.setattr(backend, "model_cfg", replace(backend.model_cfg, thinking=False))
     monkeypatch.setattr(backend.decoder, "_sample", _scripted(backend, {
         r.seed: (backend._encode(THOUGHT + "\n\nNo."), "length") for r in requests}))

@@ -19,7 +19,7 @@ def tiny_qwen3(tmp_path_factory) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from harness.models.qwen3_tokenizer import qwen3_tokenizer
+    from tests.qwen3_tokenizer import qwen3_tokenizer
 
     template = shared_template("Qwen-Qwen3-0.6B.jinja")
     out = tmp_path_factory.mktemp("tiny-qwen3")

@@ -11,7 +11,7 @@ VECTORS = SHARED / "tokenizer-vectors"
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    from harness.models.qwen3_tokenizer import qwen3_tokenizer
+    from tests.qwen3_tokenizer import qwen3_tokenizer
 
     return qwen3_tokenizer(cache_dir=str(tmp_path_factory.mktemp("cache")))
 
@@ -27,7 +27,7 @@ def test_matches_every_reference_vector(tok):
 
 
 def test_added_tokens_have_qwen3_ids_and_stay_atomic(tok):
-    from harness.models.qwen3_tokenizer import ADDED_TOKENS, FIRST_ADDED_ID
+    from tests.qwen3_tokenizer import ADDED_TOKENS, FIRST_ADDED_ID
 
     assert [tok.convert_tokens_to_ids(t) for t in ADDED_TOKENS] == list(range(FIRST_ADDED_ID, FIRST_ADDED_ID + len(ADDED_TOKENS)))
     ids = tok.encode("<|im_start|>assistant\n<think>\nx\n</think>\n\n<tool_call>", add_special_tokens=False)

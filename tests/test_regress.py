@@ -8,7 +8,8 @@ from typing import Callable
 import pytest
 
 from analysis import regress, stats
-from harness.flow.plan import Sample, make_plan
+from harness.flow.rounds import Step
+from harness.run import first_steps
 from harness.run import execute
 from tests.conftest import make_cfg
 
@@ -19,7 +20,7 @@ CALL = '<tool_call>{"name": "phone_call", "arguments": {"company": "Xfinity", "r
 
 
 def scripted_run(root: Path, name: str, wrong: Callable[[str, int], bool], overrides: list[str] = GRID,
-                 extra: Callable[[Sample, int], dict] | None = None) -> Path:
+                 extra: Callable[[Step, int], dict] | None = None) -> Path:
     """A run directory whose i-th episode of each condition is answered wrongly when wrong(condition, i).
 
     A wrong answer is the opposite of the episode's expectation: a call at/over the limit, no call below it.
@@ -29,7 +30,7 @@ def scripted_run(root: Path, name: str, wrong: Callable[[str, int], bool], overr
     plan_cfg = make_cfg("backend=scripted", f"backend.path={__file__}", *overrides)
     seen: dict[str, dict[str, int]] = {}
     with open(completions, "w") as fh:
-        for s in make_plan(plan_cfg):
+        for s in first_steps(plan_cfg):
             index = seen.setdefault(s.condition, {}).setdefault(s.episode.id, len(seen[s.condition]))
             right = REFUSE if s.episode.expected == "refused" else CALL
             text = (CALL if right == REFUSE else REFUSE) if wrong(s.condition, index) else right

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import scenarios
-from harness.agent import loop
 from harness.agent.env import Environment
 from harness.backends import make_backend
 from harness.config.schemas import RolloutConfig
@@ -22,11 +21,13 @@ from harness.context.loop_guard import BLOCK_MESSAGE, HALT_MESSAGE, WARN_MESSAGE
 from harness.context.todo import CYCLE_ACK
 from harness.errors import ConfigError
 from harness.flow.fingerprint import fingerprint
+from harness.flow.plan import make_plan
+from harness.run import execute, plan_spec
 from harness.types import Completion
 from scenarios.failure_streak import FailureStreakConfig
 from scenarios.todo_state import TodoStateConfig
 from tests.conftest import make_cfg
-from tests.test_agent_loop import Counting, _rows, _script, _without_time
+from tests.test_agent_loop import Counting, _act, _rows, _script, _without_time
 
 
 def _call(name: str, **args) -> str:
@@ -57,7 +58,7 @@ LOOP_GUARD_ARGS = ("scenario=loop_guard", "scenario.mode=[identical,paginated]",
 
 def test_loop_guard_blocks_the_third_identical_read_with_the_seeds_message(tmp_path: Path, seed_text: str):
     run_dir = tmp_path / "run"
-    loop.execute(_cfg(tmp_path, LOOP_GUARD, *LOOP_GUARD_ARGS), {}, run_dir)
+    execute(_cfg(tmp_path, LOOP_GUARD, *LOOP_GUARD_ARGS), {}, run_dir)
     blocked = BLOCK_MESSAGE.format(tool="read_file", count=2)
     assert blocked == ("This call (read_file) has already been made 2 times this turn with the same arguments — "
                        "try a different approach or change the arguments.")
@@ -91,7 +92,7 @@ FAILURE_STREAK_ARGS = ("scenario=failure_streak", "scenario.failures=[1]", "cond
 
 def test_failure_streak_warns_at_the_third_failure_and_halts_at_the_eighth(tmp_path: Path):
     run_dir = tmp_path / "run"
-    loop.execute(_cfg(tmp_path, FAILURE_STREAK, *FAILURE_STREAK_ARGS), {}, run_dir)
+    execute(_cfg(tmp_path, FAILURE_STREAK, *FAILURE_STREAK_ARGS), {}, run_dir)
     for condition in ("none", "status_tail"):
         steps = _steps(run_dir, condition=condition)
         results = [c["result"] for s in steps for c in s["calls"]]
@@ -111,9 +112,9 @@ def test_failure_streak_warns_at_the_third_failure_and_halts_at_the_eighth(tmp_p
 def test_an_opening_at_the_halt_halts_on_the_next_failure_not_on_an_answer():
     [episode] = scenarios.build_episodes(FailureStreakConfig(failures=[8]))
     env = Environment(episode, RolloutConfig(turns=2))
-    env.act(Completion(text="It keeps failing; I'll stop and report it."))
+    _act(env, Completion(text="It keeps failing; I'll stop and report it."))
     assert not env.done and env.turn == 1
-    [call] = env.act(Completion(text=DEPLOYS[0]))
+    [call] = _act(env, Completion(text=DEPLOYS[0]))
     assert call.result.endswith(HALT_MESSAGE.format(count=9)) and env.outcome == "halted"
 
 
@@ -148,7 +149,7 @@ def _todo_args() -> tuple[str, ...]:
 
 def test_todo_compacts_past_the_threshold_and_reinjects_the_live_list(tmp_path: Path, seed_text: str):
     run_dir = tmp_path / "run"
-    loop.execute(_cfg(tmp_path, TODO, *_todo_args()), {}, run_dir)
+    execute(_cfg(tmp_path, TODO, *_todo_args()), {}, run_dir)
     [episode] = scenarios.build_episodes(TodoStateConfig(completed_steps=[1], ask=["current"], tool=["checklist_write"]))
     arms = {c: _steps(run_dir, condition=c) for c in CONDITIONS}
     for condition, steps in arms.items():
@@ -180,17 +181,17 @@ def test_killed_family_rollouts_resume_to_an_uninterrupted_run(tmp_path: Path, f
     rounds, args, stop_after = CASES[family]
     cfg = _cfg(tmp_path, rounds, *(args or _todo_args()))
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    loop.execute(cfg, {}, whole)
+    execute(cfg, {}, whole)
     expected = _rows(whole / "records.jsonl")
     with pytest.raises(KeyboardInterrupt):
-        loop.execute(cfg, {}, cut, Counting(make_backend(cfg.model, cfg.backend), stop_after=stop_after))
+        execute(cfg, {}, cut, Counting(make_backend(cfg.model, cfg.backend), stop_after=stop_after))
     # killed in the middle of a round's append: its last record lost, a torn line left
     lines = (cut / "records.jsonl").read_bytes().splitlines(keepends=True)
     (cut / "records.jsonl").write_bytes(b"".join(lines[:-1]) + lines[-1][:40])
     kept = len(lines) - 1
     assert 0 < kept < len(expected)
     rerun = Counting(make_backend(cfg.model, cfg.backend))
-    loop.execute(cfg, {}, cut, rerun)
+    execute(cfg, {}, cut, rerun)
     assert rerun.requests == len(expected) - kept  # no stored step asked again
     for name in ("records.jsonl", "rollouts.jsonl"):
         assert _without_time(_rows(cut / name)) == _without_time(_rows(whole / name))
@@ -198,11 +199,11 @@ def test_killed_family_rollouts_resume_to_an_uninterrupted_run(tmp_path: Path, f
 
 
 def test_compact_tokens_joins_the_fingerprint_only_when_set_and_the_refusal_names_the_live_families():
-    plain = fingerprint(make_cfg("experiment=agent_loop"))
+    plain = fingerprint(plan_spec(make_cfg("experiment=agent_loop")))
     assert not any("compact_tokens" in k for k in plain)  # runs from before it existed still resume
-    assert fingerprint(make_cfg("experiment.mode=rollouts", "scenario=todo_state", "rollout.compact_tokens=900"))[
+    assert fingerprint(plan_spec(make_cfg("experiment.mode=rollouts", "scenario=todo_state", "rollout.compact_tokens=900")))[
         "rollout.compact_tokens"] == 900
     with pytest.raises(ConfigError) as refused:
-        loop.plan(make_cfg("experiment.mode=rollouts", "scenario=ledger"))
+        make_plan(plan_spec(make_cfg("experiment.mode=rollouts", "scenario=ledger")))
     assert str(refused.value) == ("scenario.family: the ledger family does not run as a rollout (it declares no live "
                                   "environment); rollouts run failure_streak, loop_guard, todo_state, traces, xfinity")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from tests.conftest import make_cfg, run_cli
 
 CANNED = [
@@ -16,7 +16,7 @@ CANNED = [
 
 
 def _write_completions(path: Path, overrides: list[str]) -> list:
-    plan = make_plan(make_cfg("backend=scripted", f"backend.path={__file__}", *overrides))
+    plan = first_steps(make_cfg("backend=scripted", f"backend.path={__file__}", *overrides))
     with open(path, "w") as fh:
         for i, s in enumerate(plan):
             fh.write(json.dumps({"episode_id": s.episode.id, "condition": s.condition, "text": CANNED[i % 3]}) + "\n")

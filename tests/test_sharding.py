@@ -8,7 +8,7 @@ import pytest
 
 from harness.backends import Backend
 from harness.errors import ConfigError
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.run import execute
 from harness.rundir.store import RunStore
 from tests.conftest import make_cfg, run_cli
@@ -19,15 +19,15 @@ GRID = ["scenario.calls_made=[2,3,4]", "scenario.episodes_per_cell=3", "experime
 def _scripted(tmp_path: Path, *overrides: str):
     completions = tmp_path / "completions.jsonl"
     if not completions.exists():
-        plan = make_plan(make_cfg("backend=scripted", f"backend.path={__file__}", *GRID))
+        plan = first_steps(make_cfg("backend=scripted", f"backend.path={__file__}", *GRID))
         completions.write_text("".join(json.dumps({"episode_id": s.episode.id, "condition": s.condition,
                                                    "replicate": s.request.replicate, "text": "No."}) + "\n" for s in plan))
     return make_cfg("backend=scripted", f"backend.path={completions}", "run.progress=false", *GRID, *overrides)
 
 
 def test_shards_partition_the_plan_by_episode(tmp_path: Path):
-    full = make_plan(_scripted(tmp_path))
-    shards = [make_plan(_scripted(tmp_path, f"run.shard={i}/3")) for i in range(3)]
+    full = first_steps(_scripted(tmp_path))
+    shards = [first_steps(_scripted(tmp_path, f"run.shard={i}/3")) for i in range(3)]
     ids = [s.sample_id for shard in shards for s in shard]
     assert sorted(ids) == sorted(s.sample_id for s in full)  # every sample exactly once
     assert all(shards)  # 36 episodes do not all hash to one shard
@@ -35,7 +35,7 @@ def test_shards_partition_the_plan_by_episode(tmp_path: Path):
     assert all(owner[s.request.episode_id] == i for i, shard in enumerate(shards) for s in shard)  # arms, replicates together
     # plan positions are the whole plan's (order-matched scripted replay), and the split is stable
     assert {s.request.index: s.sample_id for shard in shards for s in shard} == {s.request.index: s.sample_id for s in full}
-    assert [s.sample_id for s in make_plan(_scripted(tmp_path, "run.shard=1/3"))] == [s.sample_id for s in shards[1]]
+    assert [s.sample_id for s in first_steps(_scripted(tmp_path, "run.shard=1/3"))] == [s.sample_id for s in shards[1]]
 
 
 @pytest.mark.parametrize("bad", ["3/3", "a/2", "1", "-1/2"])
@@ -49,7 +49,7 @@ def test_shards_write_apart_and_the_report_merges_them(tmp_path: Path):
     from analysis.report import write_report
 
     run_dir = tmp_path / "run"
-    total = len(make_plan(_scripted(tmp_path)))
+    total = len(first_steps(_scripted(tmp_path)))
     # shard 0's writer is still open while shard 1 runs: separate directories, separate locks
     with RunStore(run_dir / "shards" / "0-of-2"):
         assert execute(_scripted(tmp_path, "run.shard=1/2"), {}, run_dir)["new"] > 0
@@ -69,7 +69,7 @@ def test_the_cli_takes_a_shard(tmp_path: Path):
                   "run.name=cli", "run.shard=1/2", "run.report=false")
     assert res.returncode == 0, res.stderr
     lines = (tmp_path / "status_ablation" / "cli" / "shards" / "1-of-2" / "records.jsonl").read_text().splitlines()
-    assert len(lines) == len(make_plan(_scripted(tmp_path, "run.shard=1/2")))
+    assert len(lines) == len(first_steps(_scripted(tmp_path, "run.shard=1/2")))
 
 
 class _Backend(Backend):
@@ -95,7 +95,7 @@ def test_a_plain_retry_after_sharded_failures_reports_the_retried_answers(tmp_pa
     from analysis.load import load_records
 
     run_dir = tmp_path / "run"
-    total = len(make_plan(_scripted(tmp_path)))
+    total = len(first_steps(_scripted(tmp_path)))
     for i in range(2):
         execute(_scripted(tmp_path, f"run.shard={i}/2"), {}, run_dir, backend=_Backend(fail=True))
     assert set(load_records([run_dir])["label"]) == {"error"}

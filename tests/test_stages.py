@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.rundir.store import RunStore
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from tests.conftest import REPO, make_cfg, run_cli
 from tests.fault_server import FaultServer
 
@@ -19,7 +19,7 @@ GRID = ["scenario.calls_made=[3]", "scenario.placement=[early]", "scenario.episo
 
 
 def _scripted(path: Path, text: str = "I can't call Xfinity again.") -> Path:
-    plan = make_plan(make_cfg("backend=scripted", f"backend.path={__file__}", *GRID))
+    plan = first_steps(make_cfg("backend=scripted", f"backend.path={__file__}", *GRID))
     path.write_text("".join(json.dumps({"episode_id": s.episode.id, "condition": s.condition, "text": text}) + "\n"
                             for s in plan))
     return path

@@ -146,8 +146,8 @@ def test_a_strict_template_rejects_the_mid_system_message():
 @pytest.mark.model
 def test_hf_backend_turns_a_template_rejection_into_an_error_record():
     from harness.backends import make_backend
-    from harness.flow.plan import make_plan
-    from harness.flow.stages import RecordContext, to_record
+    from harness.run import first_steps
+    from tests.conftest import record_of
 
     cfg = make_cfg("condition=[status_mid,status_head]", "scenario.calls_made=[3]", "scenario.placement=[early]",
                    "scenario.episodes_per_cell=1", "model.generation.max_new_tokens=2")
@@ -155,9 +155,9 @@ def test_hf_backend_turns_a_template_rejection_into_an_error_record():
     backend.tokenizer.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
         "{{ raise_exception('System message must be at the beginning.') }}{% endif %}{{ m['content'] }}{% endfor %}")
-    plan = make_plan(cfg)
+    plan = first_steps(cfg)
     done = backend.generate([s.request for s in plan])
-    records = {s.condition: to_record(s, c, RecordContext(cfg.model, cfg.backend.name), "x") for s, c in zip(plan, done)}
+    records = {s.condition: record_of(s, c, cfg) for s, c in zip(plan, done)}
     assert records["status_mid"].label == "error" and "System message must be at the beginning" in records["status_mid"].error
     assert records["status_head"].error is None
 
@@ -214,13 +214,13 @@ def test_strategy_tokenizes_what_the_backends_send_with_a_native_tools_template(
 
 
 def test_model_written_bar_two_stage_run(tmp_path):
-    from harness.flow.plan import make_plan
+    from harness.run import first_steps
     from tests.conftest import run_cli
 
     grid = ["scenario.calls_made=[2,3]", "scenario.placement=[early]", "scenario.episodes_per_cell=1"]
     main, writer = tmp_path / "main.jsonl", tmp_path / "writer.jsonl"
     main.write_text("")
-    plan = make_plan(make_cfg("condition=[status_model]", "backend=scripted", f"backend.path={main}", *grid))
+    plan = first_steps(make_cfg("condition=[status_model]", "backend=scripted", f"backend.path={main}", *grid))
     main.write_text("".join(json.dumps({"episode_id": s.episode.id, "condition": s.condition, "text": "Done."}) + "\n"
                             for s in plan))
     bar = "<think>1, 2, 3</think><agent_status>phone_call called 3 times, Xfinity at limit 3/3</agent_status>"

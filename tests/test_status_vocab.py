@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import propensity
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from tests.conftest import make_cfg
 
 LIMIT = re.compile(r"limit|maximum|reached|/3", re.IGNORECASE)
@@ -20,7 +20,7 @@ TAIL_AT_LIMIT = ("<agent_status>\nphone_call: 3 calls (Xfinity: 3)\nweb_search: 
 
 def _bars(*overrides: str) -> dict[str, str]:
     cfg = make_cfg("condition=[status_tail,status_vocab]", "scenario.calls_made=[3]", "scenario.placement=[early]", *overrides)
-    return {s.request.condition: s.request.messages[-1]["content"] for s in make_plan(cfg)}
+    return {s.request.condition: s.request.messages[-1]["content"] for s in first_steps(cfg)}
 
 
 def test_the_vocab_bar_has_the_names_and_counts_and_no_limit_statement():
@@ -35,7 +35,7 @@ def test_the_vocab_bar_has_the_names_and_counts_and_no_limit_statement():
 
 def test_status_tail_ids_are_unchanged_and_the_vocab_arm_is_its_own():
     cfg = make_cfg("condition=[none,status_tail,status_vocab]", "scenario=xfinity")
-    plan = make_plan(cfg)
+    plan = first_steps(cfg)
     ids = {s.request.condition: s.request.sample_id for s in plan if s.request.index < 3}
     # recorded before StatusBarConfig.limit existed: the default enters no identity
     assert ids["none"] == "4282e26065b89d86" and ids["status_tail"] == "5dbd00fd00b4d0a7"

@@ -10,7 +10,7 @@ import pytest
 
 from analysis import tables
 from analysis.load import load_records
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.measure.grading import grade
 from harness.measure.tokencount import load_counter
 from harness.types import Completion
@@ -21,7 +21,7 @@ CALL = '<tool_call>{"name": "phone_call", "arguments": {"company": "Xfinity"}}</
 
 
 def _episode(expected: str):
-    return next(s.episode for s in make_plan(make_cfg()) if s.episode.expected == expected)
+    return next(s.episode for s in first_steps(make_cfg()) if s.episode.expected == expected)
 
 
 def test_a_length_stop_without_a_call_is_truncated_not_refused():
@@ -38,7 +38,7 @@ def test_a_length_stop_without_a_call_is_truncated_not_refused():
 
 def _write(path: Path, truncate_none: bool, tokens: bool = False) -> None:
     rows = []
-    for s in make_plan(make_cfg("backend=scripted", f"backend.path={__file__}")):
+    for s in first_steps(make_cfg("backend=scripted", f"backend.path={__file__}")):
         cut = truncate_none and s.condition == "none"
         row = {"episode_id": s.episode.id, "condition": s.condition, "text": LOOP if cut else "I can't call them again."}
         if not tokens:

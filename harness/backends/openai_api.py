@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Optional
 
-from harness.backends import Backend, register_backend
+from harness.backends import Backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.engine.prefix import prefix_key, prefix_order
 from harness.io.secrets import looks_like_secret, redact
@@ -217,8 +217,8 @@ def parse_response(resp: Any, latency: float, clean: Callable[[str], str] = str)
                          _get(resp, "usage"), _get(choice, "finish_reason"), latency, None)
 
 
-@register_backend("openai", OpenAIBackendConfig)
 class OpenAIBackend(Backend):
+    config_class = OpenAIBackendConfig
     name = "openai"
 
     def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, transport_factory: Any = None):

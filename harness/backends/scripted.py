@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
-from harness.backends import Backend, register_backend
+from harness.backends import Backend
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.errors import ConfigError
 from harness.io.jsonl import read_lines
@@ -80,8 +80,8 @@ def load_lines(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-@register_backend("scripted", ScriptedBackendConfig)
 class ScriptedBackend(Backend):
+    config_class = ScriptedBackendConfig
     name = "scripted"
 
     def __init__(self, model_cfg: ModelConfig, cfg: ScriptedBackendConfig):

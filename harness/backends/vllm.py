@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, ClassVar, Optional
 
-from harness.backends import Backend, register_backend
+from harness.backends import Backend
 from harness.config.schemas import BackendConfig, DType, ModelConfig, require
 from harness.engine.prefix import prefix_key
 from harness.errors import ConfigError
@@ -140,8 +140,8 @@ def reasoning_splitter(name: str | None, tokenizer: Any) -> Split:
     return split
 
 
-@register_backend("vllm", VLLMBackendConfig)
 class VLLMBackend(Backend):
+    config_class = VLLMBackendConfig
     name = "vllm"
 
     def __init__(self, model_cfg: ModelConfig, cfg: VLLMBackendConfig, llm: Any = None, sampling_params: Any = None):

@@ -26,8 +26,8 @@ def register() -> None:
     cs.store(name="statusbench_schema", node=Config)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="condition", name="condition_schema", node=ConditionConfig)
-    for name, spec in BACKENDS.items():
-        cs.store(group="backend", name=f"{name}_schema", node=spec.config_class)
+    for name, backend in BACKENDS.items():
+        cs.store(group="backend", name=f"{name}_schema", node=backend.config_class)
     for _, family in FAMILIES.items():
         cs.store(group="scenario", name=f"{family.name}_schema", node=family.config_class)
 

@@ -288,6 +288,15 @@ class ProbeConfig:
         require(self.chunk_size >= 1, "probe.chunk_size", f"must be >= 1, got {self.chunk_size}")
 
 
+def plan_size_error(episodes: int, conditions: int, replicates: int, limit: int) -> str | None:
+    """Why a plan of this size is refused (its rollouts are held in memory), or None."""
+    samples = episodes * conditions * replicates
+    if samples <= limit:
+        return None
+    return (f"the plan would hold {samples:,} samples ({episodes:,} episodes x {conditions} conditions x "
+            f"{replicates:,} replicates), over the limit of {limit:,}; shrink the grid or raise run.max_samples")
+
+
 @dataclass
 class Config:
     model: ModelConfig = MISSING
@@ -301,20 +310,15 @@ class Config:
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
-        if self.experiment.mode == Mode.rollouts:
-            require(not self.probe.attention, "probe.attention", "does not run in rollouts (experiment.mode=rollouts)")
-            require(not self.run.retry_errors, "run.retry_errors",
-                    "a rollout that met a backend error has ended (outcome error); rerun it under another run.name")
         episodes = self.scenario.planned_episodes()
         if episodes is not None:  # a grid family: refused before a single episode is built
-            self.check_plan_size(episodes)
+            too_many = plan_size_error(episodes, len(self.conditions), self.experiment.replicates, self.run.max_samples)
+            require(too_many is None, "run.max_samples", too_many or "")
 
-    def check_plan_size(self, episodes: int) -> None:
-        samples = episodes * len(self.conditions) * self.experiment.replicates
-        require(samples <= self.run.max_samples, "run.max_samples",
-                f"the plan would hold {samples:,} samples ({episodes:,} episodes x {len(self.conditions)} conditions x "
-                f"{self.experiment.replicates:,} replicates), over the limit of {self.run.max_samples:,}; shrink the grid "
-                "or raise run.max_samples")
+    @property
+    def rollouts(self) -> RolloutConfig | None:
+        """The rollout settings when episodes run live (experiment.mode=rollouts); None for single decisions."""
+        return self.rollout if self.experiment.mode == Mode.rollouts else None
 
     def check_machine(self) -> None:
         for part in (self.model, self.backend, self.scenario):

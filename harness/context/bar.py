@@ -46,6 +46,15 @@ class Update(StrEnum):
     append = "append"  # every turn's bar stays where it was appended
 
 
+class Cadence(StrEnum):
+    """At which turn ends (each model call that follows tool results, and the last) a bar is shown:
+    reminders that fire every turn cost tokens and prompt-cache hits."""
+    every = "every"  # at every turn end (the seed's)
+    every_k = "every_k"  # at every k-th turn end (`cadence_k`), counted from the trajectory's first
+    on_change = "on_change"  # when its text differs from the last bar shown
+    at_limit = "at_limit"  # only once the rule's target is at or past its limit (call-limit families)
+
+
 @dataclass
 class StatusBarConfig(Switch):
     format: BarFormat = BarFormat.kv
@@ -61,6 +70,8 @@ class StatusBarConfig(Switch):
     update: Update = Update.replace
     writer_overrides: list[str] = field(default_factory=list)  # source=model: Hydra overrides for the writer; [] = the run's own
     writer_max_new_tokens: int = 96
+    cadence: Cadence = Cadence.every
+    cadence_k: int = 2  # cadence=every_k
 
     def __post_init__(self) -> None:
         require(self.update == Update.replace or self.placement == Placement.tail, "condition.status.update",
@@ -71,6 +82,14 @@ class StatusBarConfig(Switch):
                 f"must be >= 1, got {self.writer_max_new_tokens}")
         require(0 < self.corrupt_fraction <= 1, "condition.status.corrupt_fraction",
                 f"must be in (0, 1], got {self.corrupt_fraction}")
+        require(self.cadence_k >= 1, "condition.status.cadence_k", f"must be >= 1, got {self.cadence_k}")
+
+
+def check_cadence(cfg: StatusBarConfig, episode: Episode) -> str | None:
+    """Why the cadence cannot run on the family's episodes, or None."""
+    if cfg.cadence == Cadence.at_limit and episode.rule is None:
+        return f"at_limit needs a call limit, and the {episode.family} family has none"
+    return None
 
 
 def volatile_signals(episode: Episode) -> dict[str, str]:
@@ -142,17 +161,43 @@ def _position(t: Transcript, end: int) -> int:
     return pos
 
 
+def cadence(episode: Episode, cfg: StatusBarConfig) -> list[bool]:
+    """Per turn end of the episode, whether the bar is shown there."""
+    ends = turn_ends(episode.messages)
+    if cfg.cadence == Cadence.every:
+        return [True] * len(ends)
+    if cfg.cadence == Cadence.every_k:
+        return [j % cfg.cadence_k == 0 for j in range(len(ends))]
+    if cfg.cadence == Cadence.at_limit:
+        rule, target = episode.rule, episode.target
+        return [tally(episode.messages[:end], rule, target).calls_by_target.get(target, 0) >= rule.limit for end in ends]
+    shown, last = [], None  # on_change: against the last bar shown, the first always
+    for end in ends:
+        text = bar_text(episode, replace(cfg, cadence=Cadence.every), end)
+        shown.append(text != last)
+        last = text if text != last else last
+    return shown
+
+
+def shows_now(episode: Episode, cfg: StatusBarConfig) -> bool:
+    """Whether the prompt at the episode's end shows a bar (a writer model writes one only then)."""
+    return cadence(episode, cfg)[-1]
+
+
 def step(episode: Episode, t: Transcript, cfg: StatusBarConfig, text: str | None = None) -> None:
     """`text`: a bar written elsewhere (a writer model's, already wrapped); by default the source's
-    facts make it. update=append: every turn end keeps the bar it was given; the last one is `text`."""
+    facts make it. update=append: every turn end the cadence shows keeps the bar it was given; the
+    last one is `text`. update=replace: the last turn end's bar, where the cadence shows it."""
+    shown = cadence(episode, cfg)
     text = text if text is not None else bar_text(episode, cfg)
     if text is None:
         return
     if cfg.update != Update.append:
-        place(t, text, cfg.placement)
+        if shown[-1]:
+            place(t, text, cfg.placement)
         return
     ends = turn_ends(episode.messages)
-    for end in reversed(ends):  # from the last, so earlier positions stay valid
+    for end, show in reversed(list(zip(ends, shown))):  # from the last, so earlier positions stay valid
         bar = text if end == ends[-1] else bar_text(episode, cfg, end)
-        if bar:
+        if bar and show:
             t.insert(_position(t, end) if end != ends[-1] else len(t), {"role": "user", "content": bar}, REGION)

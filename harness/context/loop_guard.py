@@ -84,20 +84,35 @@ class LoopGuard:
         return None
 
 
-def step(episode: Episode, t: Transcript, cfg: LoopGuardConfig) -> None:
-    """Replay the trajectory's tool results through the guard: a blocked call's result becomes the
-    block message, a failing result gets the warn/halt line appended. A user message starts a new turn."""
-    guard, verdicts = LoopGuard(cfg), {}
-    for i, m in enumerate(t.messages):
+def verdicts(messages: list, cfg: LoopGuardConfig) -> dict[int, tuple[str, bool]]:
+    """The guard replayed over a trajectory: message index -> (its text, whether it is the whole
+    result), for a blocked call's result (the block message) and a failing result that reached the
+    warn or halt line. A user message starts a new turn."""
+    guard, pending, out = LoopGuard(cfg), {}, {}
+    for i, m in enumerate(messages):
         if m["role"] == "user":
             guard.new_turn()
         for call in m.get("tool_calls") or []:
-            verdicts[call["id"]] = guard.check(call["function"]["name"], call_arguments(call))
-        if m["role"] == "tool" and m.get("tool_call_id") in verdicts:
-            blocked = verdicts.pop(m["tool_call_id"])
+            pending[call["id"]] = guard.check(call["function"]["name"], call_arguments(call))
+        if m["role"] == "tool" and m.get("tool_call_id") in pending:
+            blocked = pending.pop(m["tool_call_id"])
             if blocked is not None:
-                t.replace(i, blocked, REGION)
+                out[i] = (blocked, True)
+            elif note := guard.record(is_failure(m.get("content") or "")):
+                out[i] = (note, False)
+    return out
+
+
+def step(episode: Episode, t: Transcript, cfg: LoopGuardConfig) -> None:
+    """The guard's texts on the results the view shows: a blocked call's result becomes the block
+    message, a failing result gets the warn/halt line appended. The whole trajectory is replayed
+    (whatever the view keeps of it), and from `episode.guarded_from` on only: a rollout's
+    environment guards the calls made live, not its opening."""
+    found = verdicts(episode.messages, cfg)
+    for k, origin in enumerate(t.origins):
+        if origin is not None and origin >= episode.guarded_from and origin in found:
+            text, whole = found[origin]
+            if whole:
+                t.replace(k, text, REGION)
             else:
-                note = guard.record(is_failure(m.get("content") or ""))
-                if note:
-                    t.extend(i, note, REGION)
+                t.extend(k, text, REGION)

@@ -199,6 +199,12 @@ class Wrapper(Enum):
     system_reminder = "<system-reminder>\n{bar}\n</system-reminder>"
 
 
+def wrapper_tags() -> list[str]:
+    """The text every wrapper puts around the bar (`<system-reminder>`, `</system-reminder>`): what an
+    answer that only echoes a bar may hold besides the `<agent_status>` block."""
+    return sorted({piece.strip() for w in Wrapper for piece in w.value.split("{bar}") if piece.strip()})
+
+
 def tag(body: str, fmt: str, internal: bool = False, wrapper: Wrapper = Wrapper.none) -> str:
     """`<agent_status>` around the body (kv on its own lines, prose inline), optionally with
     `visibility="internal"`, in the wrapper."""

@@ -79,10 +79,12 @@ class Transcript:
         self.messages[i] = {**self.messages[i], "content": content}
         self.marks[i] = [Mark(0, len(content), region)] if region else []
 
-    def cut(self, i: int, keep: int) -> None:
-        """Keep the first `keep` characters of message i (marks past them go, one across is shortened)."""
+    def cut(self, i: int, keep: int, region: str) -> None:
+        """Keep the first `keep` characters of message i (marks past them go, one across is shortened);
+        where the text went, an empty mark of `region` (a silent cut shows nothing, but is known)."""
         self.messages[i] = {**self.messages[i], "content": _content(self.messages[i])[:keep]}
-        self.marks[i] = [Mark(m.start, min(m.end, keep), m.region) for m in self.marks[i] if m.start < keep]
+        self.marks[i] = [Mark(m.start, min(m.end, keep), m.region) for m in self.marks[i] if m.start < keep] \
+            + [Mark(keep, keep, region)]
 
     def annotations(self) -> list[dict[str, Any]]:
         """Per message, as stored beside the prompt: {"origin": i or null, "marks": [[start, end, region], ...]}."""

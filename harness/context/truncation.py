@@ -44,6 +44,6 @@ def step(episode: Episode, t: Transcript, cfg: TruncationConfig) -> None:
         text = m.get("content") or ""
         if m["role"] != "tool" or len(text) <= cfg.chars:
             continue
-        t.cut(i, cfg.chars)
+        t.cut(i, cfg.chars, REGION)
         if cfg.mode == TruncationMode.envelope:
             t.extend(i, envelope(len(text), cfg.chars), REGION, sep="\n")

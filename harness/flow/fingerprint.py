@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.schemas import Config, Mode
+from harness.flow.plan import PlanSpec
 from harness.rundir.layout import MANIFEST, SHARDS_DIR
 from harness.rundir.store import RunDirError
 from harness.types import canonical_json
@@ -25,18 +25,18 @@ from harness.types import canonical_json
 GROWTH_PREFIXES = ("scenario.", "conditions.", "experiment.replicates", "backend.completions_sha256")
 
 
-def fingerprint(cfg: Config) -> dict[str, Any]:
+def fingerprint(spec: PlanSpec) -> dict[str, Any]:
     """Flat {dotted key: value}, JSON-comparable."""
     nested = {
-        "scenario": asdict(cfg.scenario),
-        "conditions": {name: c.identity() for name, c in cfg.conditions.items()},
-        "model": cfg.model.identity(),
-        "generation": asdict(cfg.model.generation),
-        "backend": cfg.backend.identity(),
-        "experiment": {"replicates": cfg.experiment.replicates, "seed": cfg.experiment.seed},
+        "scenario": asdict(spec.scenario),
+        "conditions": {name: c.identity() for name, c in spec.conditions.items()},
+        "model": spec.model.identity(),
+        "generation": asdict(spec.model.generation),
+        "backend": spec.backend.identity(),
+        "experiment": {"replicates": spec.replicates, "seed": spec.seed},
     }
-    if cfg.experiment.mode == Mode.rollouts:  # only then: a samples run keeps the fingerprint it always had
-        nested["rollout"] = {"mode": str(cfg.experiment.mode), **cfg.rollout.identity()}
+    if spec.rollout is not None:  # only then: a run of single decisions keeps the fingerprint it always had
+        nested["rollout"] = {"mode": "rollouts", **spec.rollout.identity()}
     flat = {f"{group}.{key}": value for group, values in nested.items() for key, value in values.items()}
     return json.loads(canonical_json(flat))  # tuples -> lists: equal to what a manifest reads back
 
@@ -74,10 +74,11 @@ def _manifests(run_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def admit(cfg: Config, run_dir: Path, job_dir: Path, now: str) -> Admission:
-    """Check cfg against every manifest of the run (the run and its shards); raise RunDirError
-    naming the differing keys, or return what job_dir's manifest must record. Reads only."""
-    fp = fingerprint(cfg)
+def admit(spec: PlanSpec, extend: bool, run_dir: Path, job_dir: Path, now: str) -> Admission:
+    """Check the experiment against every manifest of the run (the run and its shards); raise RunDirError
+    naming the differing keys, or return what job_dir's manifest must record. Reads only. `extend`:
+    run.extend, growing the run on purpose."""
+    fp = fingerprint(spec)
     own: dict[str, Any] = {}
     known: list[dict[str, Any]] = []
     legacy: list[Path] = []
@@ -92,7 +93,7 @@ def admit(cfg: Config, run_dir: Path, job_dir: Path, now: str) -> Admission:
     if fp in known or not (known or legacy):
         return fresh
     where = f"run directory {run_dir}"
-    if not cfg.run.extend:
+    if not extend:
         if legacy and not known:
             raise RunDirError(f"{where} was written without a config fingerprint ({legacy[0]}), so it cannot be checked "
                               "to hold this experiment: use another run.name=, or run.extend=true to add to it anyway")

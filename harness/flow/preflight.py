@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 import scenarios
 from harness.config.compose import to_typed
-from harness.config.schemas import Config
+from harness.config.schemas import BackendConfig, ModelConfig, ScenarioConfig
 from harness.errors import ConfigError
 from harness.models import sources
 from harness.rundir.layout import shard_dir
@@ -38,13 +38,13 @@ def task_config(config: DictConfig) -> DictConfig:
     return task
 
 
-def check(cfg: Config, run_dir: Path | None) -> None:
+def check(model: ModelConfig, scenario: ScenarioConfig, backend: BackendConfig, job_dir: Path | None) -> None:
     """Everything that can refuse this run without loading a model; ConfigError/RunDirError."""
-    sources.check_parts(cfg.model)  # a missing, truncated or altered part: refused before any write
-    scenarios.build_episodes(cfg.scenario)  # a user's traces are read and checked here
-    cfg.backend.preflight()  # e.g. every line of a scripted completions file
-    if run_dir is not None:
-        probe_lock(shard_dir(run_dir, cfg.run.shard_spec))
+    sources.check_parts(model)  # a missing, truncated or altered part: refused before any write
+    scenarios.build_episodes(scenario)  # a user's traces are read and checked here
+    backend.preflight()  # e.g. every line of a scripted completions file
+    if job_dir is not None:
+        probe_lock(job_dir)
 
 
 def _refuse(exc: Exception | str) -> None:
@@ -57,7 +57,7 @@ class Preflight(Callback):
         run_dir = Path(str(OmegaConf.select(config, dir_key))) if dir_key else None
         try:
             cfg = to_typed(task_config(config))
-            check(cfg, run_dir)
+            check(cfg.model, cfg.scenario, cfg.backend, shard_dir(run_dir, cfg.run.shard_spec) if run_dir else None)
         except (ConfigError, RunDirError) as exc:
             _refuse(exc)
         if run_dir is not None:  # the config is accepted: create the directory Hydra would, failing in words

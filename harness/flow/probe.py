@@ -1,6 +1,7 @@
-"""The probe inside a run: after each batch, replay every completion teacher-forced through HF
-weights (the hf backend's own model, or the model config's weights loaded for a backend that
-holds none: scripted, APIs, vLLM), store the region masses, point each record at them."""
+"""The probe inside a run: at every step (a single decision's one, or each of a rollout's), replay
+each completion teacher-forced through HF weights (the hf backend's own model, or the model
+config's weights loaded for a backend that holds none: scripted, APIs, vLLM), store the region
+masses, and give each record its reference to them."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ from harness.backends import Backend, make_backend
 from harness.backends.hf import HFBackendConfig
 from harness.config.schemas import ModelConfig, ProbeConfig
 from harness.errors import ConfigError
-from harness.flow.plan import Sample
 from harness.measure.attention import store
 from harness.measure.attention.probe import ANSWER, AttentionProbe, completion_phases
 from harness.measure.attention.regions import (
@@ -23,7 +23,7 @@ from harness.measure.attention.regions import (
     message_parts,
     prompt_regions,
 )
-from harness.types import Completion, Record
+from harness.types import Completion
 
 
 def replay_text(completion: Completion) -> str:
@@ -80,13 +80,14 @@ class RunProbe:
     def describe(self) -> dict[str, Any]:
         return self.meta
 
-    def measure(self, sample: Sample, completion: Completion) -> dict[str, np.ndarray]:
-        req, tok = sample.request, self.hf.tokenizer
+    def measure_one(self, step: Any, completion: Completion) -> dict[str, np.ndarray]:
+        """`step`: a harness.flow.rounds.Step (its request, and its episode's tags name the regions)."""
+        req, tok = step.request, self.hf.tokenizer
         gen_ids, phases = generated(tok, completion)
         shown = self.hf.renderer.chat_input(req.messages, req.tools)[0]
         shown = shown[len(shown) - len(req.messages):]  # to_hermes may add a system prompt for the tools
         parts = message_parts(req.messages, shown, req.annotations,
-                              episode_region_names(sample.episode.messages, sample.episode.tags))
+                              episode_region_names(step.episode.messages, step.episode.tags))
         regions = prompt_regions(lambda msgs: self.hf.render(replace(req, messages=msgs)), req.messages, parts)
         prompt = tok(regions.text, add_special_tokens=False, return_offsets_mapping=True)
         names = regions.names + [GENERATED]
@@ -103,12 +104,8 @@ class RunProbe:
                 "strip_layer": np.array(result.strip_layer), "prompt_kv_reused": np.array(kv is not None),
                 "meta": np.array(json.dumps(self.meta))}
 
-    def annotate(self, batch: list[Sample], completions: list[Completion], records: list[Record]) -> None:
-        """Measure the batch, write its masses as a new part, then set each record's attention_ref
-        to that part and key (the part is on disk before any record points into it)."""
-        replayed = [(s, c) for s, c in zip(batch, completions) if c.error is None and replay_text(c)]
-        measured = {s.sample_id: self.measure(s, c) for s, c in replayed}
-        refs = store.append(self.run_dir, measured)
-        for record in records:
-            if record.sample_id in refs:
-                record.attention_ref = refs[record.sample_id]
+    def measure(self, steps: list[Any], completions: list[Completion]) -> dict[str, str]:
+        """Measure a batch and write its masses as a new part: each measured step's reference into it
+        (the part is on disk before any record points into it)."""
+        replayed = [(s, c) for s, c in zip(steps, completions) if c.error is None and replay_text(c)]
+        return store.append(self.run_dir, {s.sample_id: self.measure_one(s, c) for s, c in replayed})

@@ -15,7 +15,7 @@ from harness.backends import Backend, make_backend
 from harness.config.compose import to_typed
 from harness.config.schemas import ModelConfig
 from harness.context import view
-from harness.context.bar import BarSource, wrap
+from harness.context.bar import BarSource, shows_now, wrap
 from harness.measure.cost import cost_usd
 from harness.render import split_thinking
 from harness.types import Completion, Message, Request
@@ -40,11 +40,11 @@ def transcript(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def writer_request(sample: Any) -> Request:
-    req, ccfg = sample.request, sample.condition_cfg.status
+def writer_request(step: Any) -> Request:
+    req, ccfg = step.request, step.condition_cfg.status
     return replace(req, condition=f"{req.condition}:writer", tools=[],
                    messages=[{"role": "system", "content": WRITER_PROMPT},
-                             {"role": "user", "content": transcript(sample.episode.messages)}],
+                             {"role": "user", "content": transcript(step.episode.messages)}],
                    generation=replace(req.generation, max_new_tokens=ccfg.writer_max_new_tokens))
 
 
@@ -74,12 +74,14 @@ class WriterBackends:
 
 
 def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str, dict[str, Any]]]:
-    """The stage before generation, for the samples of `batch` whose bar a model writes: generate
-    their bars and return the batch with each such sample's request showing its bar (new samples;
-    the others as they were), and what each record's `writer` field holds (its `error` set where no
-    bar could be written: that sample is not answered, see `unwritten`).
-    `backend_for(condition_cfg)` returns the writer (backend, model config) of a condition."""
-    todo = [s for s in batch if s.condition_cfg.status and s.condition_cfg.status.source == BarSource.model]
+    """The stage before generation, for the steps of `batch` (harness.flow.rounds.Step) whose bar a
+    model writes and whose prompt shows it now (the bar's cadence): generate their bars and return
+    the batch with each such step's request showing its bar (new steps; the others as they were),
+    and what each record's `writer` field holds (its `error` set where no bar could be written: that
+    step is not answered, see `unwritten`). `backend_for(condition_cfg)` returns the writer
+    (backend, model config) of a condition."""
+    todo = [s for s in batch if s.condition_cfg.status and s.condition_cfg.status.source == BarSource.model
+            and shows_now(s.episode, s.condition_cfg.status)]
     groups: dict[tuple, list[Any]] = {}
     for s in todo:
         groups.setdefault(tuple(s.condition_cfg.status.writer_overrides), []).append(s)
@@ -90,7 +92,7 @@ def write_bars(batch: list[Any], backend_for: Any) -> tuple[list[Any], dict[str,
         for s, c in zip(samples, backend.generate([writer_request(s) for s in samples])):
             bar = bar_from(c.text, s.condition_cfg.status) if not c.error else None
             if bar is not None:  # the same pipeline as every bar: loop guard and turn meta stay
-                shown = view(s.episode, s.condition_cfg, bar)
+                shown = view(s.episode, s.shown, bar)
                 placed[s.sample_id] = replace(s, request=replace(s.request, messages=shown.messages,
                                                                  annotations=shown.annotations()))
             info[s.sample_id] = {"bar": bar, "error": c.error, "prompt_tokens": c.prompt_tokens,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from harness.context.calls import call_arguments, calls_target as matches_target
+from harness.context.status import wrapper_tags
 from harness.render import split_thinking, tool_call_spans, without_tool_calls
 from harness.types import Completion, Episode, Message, Rule
 
@@ -145,8 +146,9 @@ def target_calls(messages: list[Message], rule: Rule, target: str) -> int:
 
 # tags of the tool protocol: a model that writes them is acting out calls and results, not answering
 _PROTOCOL = re.compile(r"<\s*/?\s*tool_(?:call|response|result)s?\s*>", re.IGNORECASE)
-# the bar in any wrapper (harness.context.status): an unclosed one runs to the end
-_BAR = re.compile(r"<agent_status\b[^>]*>.*?(?:</agent_status>|$)|</?system-reminder>", re.DOTALL | re.IGNORECASE)
+# the bar (an unclosed one runs to the end) and what any of its wrappers puts around it (harness.context.status)
+_BAR = re.compile("|".join([r"<agent_status\b[^>]*>.*?(?:</agent_status>|$)", *map(re.escape, wrapper_tags())]),
+                  re.DOTALL | re.IGNORECASE)
 
 
 def imitates_protocol(answer: str) -> bool:

@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 from harness.io.files import write_file
 from harness.io.jsonl import open_regular, parse_row, stream_lines
 from harness.rundir.layout import MANIFEST, PROMPTS, RECORDS
-from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
+from harness.types import Message, Record, canonical_json, sha256
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +116,11 @@ def _acquire(lock: FileLock, run_dir: Path) -> None:
         raise RunLockedError(f"run directory {run_dir} is in use by another statusbench process (pid {owner})") from None
 
 
-def record_time(row: dict[str, Any]) -> datetime:
+def record_time(created_at: str | None) -> datetime:
     """When a record was made (its created_at); a record without one is older than any with one."""
     try:
-        t = datetime.fromisoformat(row["created_at"])
-    except (KeyError, TypeError, ValueError):
+        t = datetime.fromisoformat(created_at)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return datetime.min.replace(tzinfo=timezone.utc)
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
@@ -130,7 +130,7 @@ def newest(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
     for row in rows:
         held = latest.get(row["sample_id"])
-        if held is None or record_time(row) >= record_time(held):
+        if held is None or record_time(row.get("created_at")) >= record_time(held.get("created_at")):
             latest[row["sample_id"]] = row
     return latest
 
@@ -153,20 +153,6 @@ class RunStore:
 
     def __exit__(self, *exc: Any) -> None:
         self._lock.release()
-
-    def done_ids(self, retry_errors: bool = False, elsewhere: Iterable[Path] = ()) -> set[str]:
-        """Samples with a record here or in `elsewhere` (the other parts of the run: its parent and
-        shards), the newest record of each by time. With retry_errors, samples whose newest record is an
-        `error` are not done: they run again and the new record is the one analysis reads."""
-        rows = read_jsonl(self.records_path, repair=True, required=("sample_id",))
-        for other in elsewhere:
-            rows += read_jsonl(Path(other) / RECORDS, required=("sample_id",))
-        for row in rows:
-            if row.get("schema_version") != RECORD_SCHEMA_VERSION:
-                raise RunDirError(f"{self.records_path} holds records of schema version {row.get('schema_version')}, "
-                                 f"this statusbench writes version {RECORD_SCHEMA_VERSION}; use another run.name")
-        latest = newest(rows)
-        return {sid for sid, row in latest.items() if not (retry_errors and row.get("label") == "error")}
 
     def append(self, records: list[Record], prompts: list[dict[str, Any]]) -> None:
         new_prompts = []

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from analysis.load import load_records
 from harness.backends import make_backend
 from harness.config.compose import compose_config, user_errors
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.rundir.layout import PROMPTS
 from harness.run import execute
 from harness.tools import peer, scale
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = make_backend(greedy_cfg.model, greedy_cfg.backend)
     model_load = time.perf_counter() - t0
     with backend, tempfile.TemporaryDirectory(prefix="statusbench-bench-") as tmp:
-        backend.generate([make_plan(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
+        backend.generate([first_steps(greedy_cfg)[0].request])  # warm-up: first-call allocations are nobody's cost
         ours = timed_run(greedy_cfg, backend, Path(tmp) / "ours", share_prefix=True)
         naive = timed_run(greedy_cfg, backend, Path(tmp) / "naive", share_prefix=False, batch_size=1)
         sampled = timed_run(sampled_cfg, backend, Path(tmp) / "sampled", share_prefix=True)
@@ -225,7 +225,7 @@ def scale_result(overrides: list[str], sizes: tuple[int, ...] = scale.SIZES) -> 
         with user_errors():
             cfg = compose_config(["run.progress=false", "run.report=false", *overrides, "backend=scripted",
                                   f"backend.path={answers}", "backend.match=order"])
-        answers.write_text("".join(canonical_json({"text": "I will not call."}) + "\n" for _ in make_plan(cfg)))
+        answers.write_text("".join(canonical_json({"text": "I will not call."}) + "\n" for _ in first_steps(cfg)))
         execute(cfg, {}, Path(tmp) / "run")
         records = read_jsonl(Path(tmp) / "run" / "records.jsonl")
         result = scale.analysis_scale(records, Path(tmp) / "run" / PROMPTS, Path(tmp) / "scale", sizes)

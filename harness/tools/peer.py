@@ -20,7 +20,7 @@ from typing import Any
 from harness.backends import make_backend
 from harness.config.compose import compose_config
 from harness.config.schemas import Config
-from harness.flow.plan import make_plan
+from harness.run import first_steps
 from harness.tools.timing import timed_run
 
 Key = tuple[str, str, int]
@@ -84,7 +84,7 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1,
             t0 = time.perf_counter()
             backends[name] = engines.enter_context(make_backend(cfg.model, cfg.backend))
             summary[name] = {"model_load_s": time.perf_counter() - t0}
-            backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
+            backends[name].generate([first_steps(cfg)[0].request])  # warm-up, as for the hf benchmark
         for turn in range(repeats):
             for name, cfg in configs.items():
                 _forget_prompts(backends[name])
