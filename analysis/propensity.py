@@ -185,9 +185,11 @@ def _table(t: pd.DataFrame, several_runs: bool) -> pd.DataFrame:
         f"P < {NEGLIGIBLE:g} in both arms": t["negligible"].map({True: "yes", False: "no"}),
         f"log-odds {base}": t["log_odds_base"].round(3), "log-odds condition": t["log_odds"].round(3),
         # a shift of a string the model does not write is not stated, not even in the table
-        "Δ log-odds [95% CI]": [NOT_STATED if n else _ci(*r) for n, *r in zip(t["negligible"], t["diff"], t["diff_low"], t["diff_high"])],
+        "Δ log-odds [95% CI]": [NOT_STATED if n else _ci(*r)
+                                for n, *r in zip(t["negligible"], t["diff"], t["diff_low"], t["diff_high"])],
         "p (sign-flip)": [NOT_STATED if n else _p(p, e) for n, p, e in zip(t["negligible"], t["p"], t["episodes"])],
-        "p Holm (cells)": [NOT_STATED if n else "–" if pd.isna(p) else f"{p:.3g}" for n, p in zip(t["negligible"], t["p_holm"])]})
+        "p Holm (cells)": [NOT_STATED if n else "–" if pd.isna(p) else f"{p:.3g}"
+                           for n, p in zip(t["negligible"], t["p_holm"])]})
 
 
 def _p(p: float, episodes: int) -> str:
@@ -251,7 +253,8 @@ def _format_rows(df: pd.DataFrame) -> dict[str, dict]:
             if "same_as" in entry:
                 row["how"].add(f"same tokens as {entry['same_as']}")
             else:
-                row["how"].add("the template's only (a record from before per-format scoring)" if entry.get("legacy") else "own tokens")
+                row["how"].add("the template's only (a record from before per-format scoring)" if entry.get("legacy")
+                               else "own tokens")
                 row["shares"].append(entry.get("violate_share"))
                 row["scored"] = True
     return dict(sorted(rows.items(), key=lambda kv: FORMATS.index(kv[0]) if kv[0] in FORMATS else len(FORMATS)))
@@ -379,9 +382,10 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
     controls = [vocabulary_section(scores, several), after_thinking_section(df, several)]
     fmt_section = Section("Propensity: the call format scored", FORMATS_NOTE, formats_table(df))
     checked = sampling_check(df)
-    check = Section("Propensity against sampling", SAMPLING_NOTE + (
-        "" if not checked.empty else " Not checked in this run: no scored record was sampled at temperature 1 with "
-                                     "top-p 1, no top-k and no min-p."), None if checked.empty else _sampling_table(checked, several))
+    unchecked = (" Not checked in this run: no scored record was sampled at temperature 1 with top-p 1, no top-k and "
+                 "no min-p.") if checked.empty else ""
+    check = Section("Propensity against sampling", SAMPLING_NOTE + unchecked,
+                    None if checked.empty else _sampling_table(checked, several))
     controls.insert(0, check)
     if violate.empty:
         return [Section("Propensity: the rule decision by likelihood",
@@ -396,7 +400,8 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
     drawn = violate[~violate["negligible"]]
     if not drawn.empty:
         save(figure(drawn), out_dir, FIGURE)
-    out = [Section("Propensity: the rule decision by likelihood", text, _table(violate, several), None if drawn.empty else FIGURE),
+    out = [Section("Propensity: the rule decision by likelihood", text, _table(violate, several),
+                   None if drawn.empty else FIGURE),
            fmt_section]
     opening = paired_log_odds(scores, "tool_call")
     if not opening.empty:
@@ -405,7 +410,8 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
                            _table(opening, several)))
     parts = decomposition(scores, violate)
     negligible = parts.empty and not decomposition(scores).empty
-    note = DECOMPOSITION_NOTE + (f" Not stated: P(violating decision) is below {NEGLIGIBLE:g} in both arms." if negligible else "")
+    note = DECOMPOSITION_NOTE + (f" Not stated: P(violating decision) is below {NEGLIGIBLE:g} in both arms."
+                                 if negligible else "")
     out.append(Section("Propensity: whether it calls, or which call", note, None if parts.empty else pd.DataFrame({
         **({"run": parts["run_label"]} if several else {}), "condition": parts["condition"],
         "episodes": parts["episodes_format"],

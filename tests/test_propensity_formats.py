@@ -177,7 +177,8 @@ def test_the_headline_is_the_decision_probability_per_cell_in_the_models_format(
 def _sampled_records(p_violate: float, temperature: float = 1.0, forced: str = "") -> pd.DataFrame:
     """100 answers sampled at `temperature`, scripted: 55 open with the violating call in bare JSON, 5 in a
     ```json fence, 10 with another call in Hermes tags, 30 in text (5 of them then call); every record claims `p_violate`."""
-    bare, fence = '{"name": "phone_call", "arguments": {"company": "Xfinity', '```json\n{"name": "phone_call", "arguments": {"company": "Xfinity'
+    bare = '{"name": "phone_call", "arguments": {"company": "Xfinity'
+    fence = "```json\n" + bare
     formats = {"hermes": {"opening": '<tool_call>\n{"name": "'}, "bare_json": {"opening": '{"name": "'},
                "json_fence": {"opening": '```json\n{"name": "'}, TEMPLATE: {"same_as": "hermes"}}
     candidates = {"violate@hermes": {"text": '<tool_call>\n{"name": "phone_call", "arguments": {"company": "Xfinity'},
