@@ -19,6 +19,7 @@ from harness.measure.propensity import Encoded, VIOLATE, no_after_thinking
 from tests.conftest import make_cfg
 from tests.test_qwen3_pipeline import tiny_qwen3  # noqa: F401  (the module-scoped fixture, reused)
 
+HERMES = f"{VIOLATE}@hermes"  # the violating call in Hermes tags, the format Qwen3's template writes
 THOUGHT = "<think>\nThe bar says three calls to Xfinity.\n</think>"
 
 
@@ -76,10 +77,10 @@ def test_after_thinking_scores_equal_a_forward_pass_after_the_generated_thinking
         assert cand["text"] == done.propensity["candidates"][name]["text"]  # the same candidates, re-anchored
         naive = _naive(backend, prefix, backend._encode(cand["text"]))
         np.testing.assert_allclose(cand["logprobs"], naive, atol=1e-4, rtol=0)
-    assert after["violate_logprob"] == after["candidates"][VIOLATE]["logprob"]
+    assert set(after["formats"]) == set(done.propensity["formats"])  # summarized over the same formats
     # the forced-empty-block scores stay what they were, and differ from the scores after the thinking
     assert done.propensity["forced"] == "<think>\n\n</think>\n\n"
-    assert done.propensity["candidates"][VIOLATE]["logprobs"] == cut.propensity["candidates"][VIOLATE]["logprobs"]
+    assert done.propensity["candidates"][HERMES]["logprobs"] == cut.propensity["candidates"][HERMES]["logprobs"]
     assert abs(after["violate_logprob"] - done.propensity["violate_logprob"]) > 1e-3
 
     assert cut.propensity["after_thinking"] is None
@@ -102,7 +103,7 @@ def test_a_model_that_does_not_think_gets_null_and_the_reason(qwen3, monkeypatch
 
 
 def test_reasons_for_a_vocabulary_or_template_without_thinking():
-    enc = Encoded(["violate"], [True], [], [[1]], after_close="\n\n")
+    enc = Encoded([VIOLATE], ["hermes"], [], [[1]], after_close="\n\n")
     assert no_after_thinking(enc, [5, 9, 2], 9, True, "stop") is None
     assert no_after_thinking(enc, [5, 2], 9, True, "stop") == "the completion closed no thinking block (no </think> generated)"
     assert no_after_thinking(enc, [5, 2], None, True, "stop") == "the vocabulary has no </think> token"
@@ -131,7 +132,7 @@ def test_the_report_pairs_the_shift_after_thinking_over_episodes():
         return {"violate_logprob": math.log(p), "tool_call_logprob": math.log(0.9)}
 
     section = after_thinking_section(_records(after), several=False)
-    assert "`status_tail` − `none`: " in section.text and "(exact, 4 episodes)" in section.text
+    assert "`none` → `status_tail`: " in section.text and "(exact, 4 episodes)" in section.text
     assert "Not scored after thinking: 1 records: thinking truncated" in section.text
     row = section.table.iloc[0]
     assert row["episodes"] == 4 and row["p (sign-flip)"].startswith("0.125 (exact, 4 episodes)")

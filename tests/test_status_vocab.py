@@ -60,7 +60,8 @@ def _records(conditions: list[str]) -> pd.DataFrame:
 def test_the_report_pairs_each_bar_with_the_vocab_control(tmp_path: Path):
     parts = {s.title: s for s in propensity.sections(_records(["none", "status_tail", "status_vocab"]), [], tmp_path)}
     vocab = parts["Propensity: the bar's limit or its vocabulary"]
-    assert "`status_tail` − `status_vocab`: -1.000 [" in vocab.text and "p = 0.0312 (exact, 6 episodes)" in vocab.text
+    assert "`status_vocab` → `status_tail`: " in vocab.text and "(Δ log-odds -1.000 [" in vocab.text
+    assert "p = 0.0312 (exact, 6 episodes)" in vocab.text
     assert list(vocab.table["condition"].unique()) == ["status_tail"]  # the baseline is no bar
     assert propensity.NO_VOCAB not in "".join(s.text for s in parts.values())
 
