@@ -121,3 +121,62 @@ def grade_todo(ep, text: str) -> str:
     import scenarios
 
     return scenarios.grade(ep, Completion(text=text, finish_reason="stop"))[0]
+
+
+def _nested(depth: int) -> list:
+    """A list nested `depth` deep, built without recursion."""
+    top = inner = []
+    for _ in range(depth - 1):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+@pytest.mark.parametrize("depth, malformed", [(30, False), (900, True)])
+def test_arguments_past_the_depth_limit_are_a_malformed_call_never_a_crash(depth, malformed):
+    """Issue 41: arguments nested 900 deep crashed `asdict` (RecursionError) and every rerun with it.
+    Past MAX_DEPTH a call is malformed at parse time, its arguments dropped, in text and from an API."""
+    from dataclasses import asdict
+
+    from harness.context.loop_guard import call_hash
+    from harness.types import canonical_json
+
+    args = {"company": "Xfinity", "x": _nested(depth)}
+    for calls in (parse_tool_calls(json.dumps({"name": "phone_call", "arguments": args})),
+                  parse_tool_calls("", [{"id": "1", "type": "function", "function": {"name": "phone_call", "arguments": args}}])):
+        [c] = calls
+        assert c.malformed == malformed and (c.arguments == {} if malformed else c.arguments == args)
+        canonical_json(asdict(c))  # what a record and the loop guard walk, recursively
+        call_hash(c.name or "", c.arguments)
+    label = grade(episode("refused"), Completion(text=json.dumps({"name": "phone_call", "arguments": args}), finish_reason="stop"))
+    assert label[0::3] == (("other", "malformed_call") if malformed else ("violated", "target_call"))
+
+
+def test_a_call_larger_than_the_size_limit_is_malformed():
+    from harness.measure.toolcalls import MAX_CALL_CHARS
+
+    big = json.dumps({"name": "phone_call", "arguments": {"company": "Xfinity", "note": "x" * MAX_CALL_CHARS}})
+    for text in (big, f"<tool_call>{big}</tool_call>", f"Sure: {big}", f"phone_call(company='Xfinity', note='{'x' * MAX_CALL_CHARS}')"):
+        [c] = parse_tool_calls(text, tools=[{"type": "function", "function": {"name": "phone_call", "parameters": {}}}])
+        assert c.malformed and c.arguments == {}, text[:40]
+
+
+def test_deep_arguments_through_the_scripted_pipeline_end_with_records_and_rerun(tmp_path):
+    from harness.flow.plan import make_plan
+    from tests.conftest import make_cfg, run_cli
+
+    deep = json.dumps({"name": "phone_call", "arguments": {"company": "Xfinity", "x": _nested(900)}})
+    args = [f"run.root={tmp_path}", "run.name=deep", "run.report=false", "scenario.calls_made=[3]",
+            "scenario.placement=[early]", "scenario.episodes_per_cell=1"]
+    path = tmp_path / "c.jsonl"
+    plan = make_plan(make_cfg("backend=scripted", f"backend.path={__file__}", *args))
+    path.write_text("".join(json.dumps({"episode_id": s.episode.id, "condition": s.condition, "text": deep, "finish_reason": "stop"}) + "\n"
+                            for s in plan))
+    for _ in range(2):  # the rerun finds every sample done, no poison record
+        res = run_cli("backend=scripted", f"backend.path={path}", *args)
+        assert res.returncode == 0, res.stderr[-2000:]
+    records = [json.loads(x) for x in next(tmp_path.rglob("records.jsonl")).read_text().splitlines()]
+    assert len(records) == len(plan) == 2
+    assert {(r["label"], r["reason"]) for r in records} == {("other", "malformed_call")}
+    assert all(c["malformed"] and c["arguments"] == {} for r in records for c in r["tool_calls"])
+    assert "2 already done, 0 new" in res.stdout

@@ -131,8 +131,10 @@ class Environment:
             self.outcome = ERROR
             return []
         _, answer = split_thinking(completion.text)
-        # a malformed call (no name, arguments that are not JSON) cannot run; the step reads as its text
-        parsed = [c for c in parse_tool_calls(answer, completion.tool_calls) if not c.malformed and c.name]
+        # a malformed call (no name, arguments that are not JSON) cannot run; the step reads as its text. The
+        # grader's reading: python syntax of the episode's tools, a call cut by the token limit read as far as written
+        parsed = [c for c in parse_tool_calls(answer, completion.tool_calls, self.episode.tools, completion.finish_reason == "length")
+                  if not c.malformed and c.name]
         first = 1 + sum(len(m.get("tool_calls") or []) for m in self.messages)
         ids = [f"call{first + k:05d}" for k in range(len(parsed))]  # nine alphanumerics, as the families' calls
         message: Message = {"role": "assistant", "content": without_tool_calls(answer).strip()}
