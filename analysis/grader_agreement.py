@@ -66,7 +66,9 @@ def regrade(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         c = row["completion"]
         g = scenarios.grade(episode_of(row), Completion(text=c["text"], finish_reason=c.get("finish_reason"),
                                                         tool_calls=c.get("tool_calls") or []))
-        out.append({"id": row["id"], "kind": row["source"]["kind"], "model": row["source"].get("model"),
+        src = row["source"]
+        out.append({"id": row["id"], "kind": src["kind"], "model": src.get("model"), "family": src.get("family"), "scenario": src.get("scenario"),
+                    "mode": src.get("mode"), "condition": src.get("condition"),
                     "split": split_of(row["id"]), "hand_label": row["hand"]["label"], "hand_kind": row["hand"]["kind"],
                     "label": g.label, "reason": g.reason, "grader_kind": kind_of(g.reason),
                     "calls_read": sum(not x.malformed for x in g.calls),
@@ -83,25 +85,31 @@ def split_of(row_id: str) -> str:
 @dataclass(frozen=True)
 class Agreement:
     n: int
-    accuracy: float  # observed agreement
+    errors: int  # items the two labellings put in different categories
+    error_low: float  # exact (Clopper-Pearson) 95% interval of the error rate, items taken as independent
+    error_high: float
     kappa: float
-    low: float  # 95% interval of kappa (asymptotic)
-    high: float
     matrix: pd.DataFrame  # hand labels in rows, the grader's in columns
+
+    @property
+    def agreement(self) -> float:
+        return 1 - self.errors / self.n
 
 
 def agreement(hand: pd.Series, graded: pd.Series, categories: Iterable[str] | None = None) -> Agreement:
-    """Cohen's kappa of two labellings of the same items, with its confusion matrix."""
+    """Cohen's kappa of two labellings of the same items, their confusion matrix and the error rate
+    with its exact interval (no interval on kappa: the asymptotic one leaves [-1, 1] near 1)."""
     from statsmodels.stats.inter_rater import cohens_kappa
+    from statsmodels.stats.proportion import proportion_confint
 
     cats = list(categories) if categories is not None else sorted(set(hand) | set(graded))
     cats += sorted((set(hand) | set(graded)) - set(cats))
     matrix = pd.crosstab(pd.Categorical(hand, cats), pd.Categorical(graded, cats), dropna=False)
     matrix.index.name, matrix.columns.name = "hand", "grader"
-    res = cohens_kappa(matrix.to_numpy(), return_results=True)
-    n = int(matrix.to_numpy().sum())
-    return Agreement(n, float(matrix.to_numpy().trace() / n), float(res.kappa), float(res.kappa_low),
-                     float(res.kappa_upp), matrix)
+    table = matrix.to_numpy()
+    n, errors = int(table.sum()), int(table.sum() - table.trace())
+    low, high = proportion_confint(errors, n, alpha=0.05, method="beta")
+    return Agreement(n, errors, float(low), float(high), float(cohens_kappa(table).kappa), matrix)
 
 
 def summary(df: pd.DataFrame) -> dict[str, Agreement]:
@@ -114,6 +122,10 @@ def summary(df: pd.DataFrame) -> dict[str, Agreement]:
         out[f"labels ({split})"] = agreement(part["hand_label"], part["label"], LABELS)
     out["free-text kinds"] = agreement(text["hand_kind"], text["grader_kind"], TEXT_KINDS)
     return out
+
+
+def _rate(a: Agreement) -> str:
+    return f"error rate {a.errors / a.n:.3f}, exact 95% interval [{a.error_low:.3f}, {a.error_high:.3f}]"
 
 
 def _matrix_md(a: Agreement) -> str:
@@ -134,13 +146,19 @@ def agreement_markdown(path: Path = SET_PATH) -> str:
     written = df[df["kind"] == "written"]
     missed = written[written["label"] != written["hand_label"]]
     lab, test, text = s["labels"], s["labels (test)"], s["free-text kinds"]
+    sampled = df[df["kind"] == "sampled"]
+
+    def listed(col: str) -> str:
+        return ", ".join(sorted(sampled[col].dropna().unique()))
+
     lines = [
-        f"The grader against hand labels on {lab.n} real completions (Qwen2.5-Coder-0.5B and SmolLM2-135M, "
-        f"every call-limit family, both arms, single decisions and rollout steps; `{path.name}`, rules in its README): "
-        f"agreement {lab.accuracy:.3f}, Cohen's kappa {lab.kappa:.3f} [{lab.low:.3f}, {lab.high:.3f}] "
-        f"(held-out half: kappa {test.kappa:.3f}, n = {test.n}). Free-text kinds (refusal citing the rule, generic "
-        f"refusal, made-up action, echo...): kappa {text.kappa:.3f} on {text.n}. Written call formats read as calls: "
-        f"{len(written) - len(missed)} of {len(written)}.",
+        f"The grader against hand labels on {lab.n} real completions (models {listed('model')}; families "
+        f"{listed('family')}; conditions {listed('condition')}; {listed('mode')}; `{path.name}`, its labelling rules "
+        f"in the README beside it): Cohen's kappa {lab.kappa:.3f}, {lab.errors} labels differ ({_rate(lab)}); on the half "
+        f"held out while its free-text rules were revised, kappa {test.kappa:.3f}, {test.errors} of {test.n} differ. "
+        f"Free-text kinds (refusal citing the rule or not, made-up action, echo of the bar, imitated protocol): kappa "
+        f"{text.kappa:.3f}, {text.errors} of {text.n} differ. Written cases of every call format the parsers of vLLM, "
+        f"llama.cpp and the major APIs emit, read as their hand label: {len(written) - len(missed)} of {len(written)}.",
         "",
         _matrix_md(lab),
     ]
@@ -207,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     df = regrade(load_set(args.set))
     for name, a in summary(df).items():
-        print(f"\n{name}: n = {a.n}, agreement {a.accuracy:.3f}, kappa {a.kappa:.3f} [{a.low:.3f}, {a.high:.3f}]")
+        print(f"\n{name}: n = {a.n}, Cohen's kappa {a.kappa:.3f}, {a.errors} differ ({_rate(a)})")
         print(a.matrix.to_string())
     written = df[df["kind"] == "written"]
     print(f"\nwritten call formats read as their hand label: {(written['label'] == written['hand_label']).sum()} of {len(written)}")
