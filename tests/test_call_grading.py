@@ -133,6 +133,11 @@ def test_a_call_cut_by_the_token_limit_is_a_decision_flagged_cut(scenario):
     assert _grade(control, cut, "length")[0::3] == ("complied", "target_call_cut")
     python = f'{at_limit.rule.tool}({at_limit.rule.arg}="{at_limit.target}", reason="chase the'
     assert _grade(at_limit, python, "length")[0::3] == ("violated", "target_call_cut")
+    # a complete call decides by itself; a cut one after it is flagged only where it changes the decision
+    whole = _call(at_limit)
+    assert _grade(at_limit, f"{whole}\n{cut}", "length")[0::3] == ("violated", "target_call")
+    room = control.rule.limit - target_calls(control.messages, control.rule, control.target)
+    assert _grade(control, "\n".join([_call(control, room), cut]), "length")[0::3] == ("violated", "over_limit_cut")
     # the same text, stopped by the model: a broken call; cut before the target is readable: no decision
     assert _grade(at_limit, cut, "stop")[0::3] == ("other", "malformed_call")
     before = json.dumps({"name": at_limit.rule.tool, "arguments": {"reason": "chase it up", at_limit.rule.arg: "x"}})[:-8]
@@ -289,3 +294,25 @@ def test_a_family_without_a_call_limit_gets_a_bar_without_one(scenario, answer):
             bar = re.search(r"<agent_status\b.*?</agent_status>", shown[-1]["content"], re.DOTALL).group(0)
             assert "read_file" in bar and "limit" not in bar and "/1" not in bar
             assert str(ep.facts[answer]) not in bar
+
+
+@pytest.mark.parametrize("text, finish", [
+    ('phone_call(company="Xfinity", reason="chase the ticket")', "stop"),
+    ("Calling now: {'name': 'phone_call', 'arguments': {'company': 'Xfinity'}}", "stop"),
+    ('<function=phone_call>{"company": "Xfinity"}</function>', "stop"),
+    ('{"name": "phone_call", "arguments": {"company": "Xfinity", "reason": "The internet has been down since', "length"),
+])
+def test_the_rollout_environment_runs_every_call_the_grader_counts(text, finish):
+    """A call the grader counts as a decision is one the environment executes (the same parser and
+    arguments): the history grows by the call and its result, so the next step counts it."""
+    from harness.agent.env import Environment
+    from harness.config.schemas import RolloutConfig
+
+    ep = next(e for e in _episodes("xfinity", "scenario.calls_made=[2]") if e.expected == "complied")
+    env = Environment(ep, RolloutConfig())
+    before = env.target_calls()
+    completion = Completion(text=text, finish_reason=finish)
+    [done] = env.act(completion)
+    assert done.name == "phone_call" and done.arguments["company"] == "Xfinity"
+    assert env.target_calls() == before + 1
+    assert scenarios.grade(ep, completion).label == "complied"

@@ -180,3 +180,52 @@ def test_deep_arguments_through_the_scripted_pipeline_end_with_records_and_rerun
     assert {(r["label"], r["reason"]) for r in records} == {("other", "malformed_call")}
     assert all(c["malformed"] and c["arguments"] == {} for r in records for c in r["tool_calls"])
     assert "2 already done, 0 new" in res.stdout
+
+
+# ---- the grader against the hand-labelled validation set (analysis/data/grader_validation) -----------
+
+def _set_rows():
+    from analysis.grader_agreement import load_set
+
+    return load_set()
+
+
+WRITTEN_ROWS = [r for r in _set_rows() if r["source"]["kind"] == "written"]
+
+
+def test_the_grader_agrees_with_the_hand_labels():
+    """Cohen's kappa >= 0.9 on the real completions, and on the half held out while the free-text
+    rules were revised; the set is real (both models, both arms, every call-limit family, rollouts)."""
+    from analysis.grader_agreement import regrade, summary
+
+    df = regrade(_set_rows())
+    sampled = df[df["kind"] == "sampled"]
+    assert len(sampled) >= 200
+    assert set(sampled["model"]) == {"qwen2.5-coder-0.5b", "smollm2-135m"}
+    assert set(sampled["condition"]) == {"none", "status_tail"} and set(sampled["mode"]) == {"samples", "rollouts"}
+    assert {"xfinity", "verizon_email", "failure_streak", "traces"} <= set(sampled["scenario"])
+    s = summary(df)
+    assert s["labels"].kappa >= 0.9 and s["labels (test)"].kappa >= 0.9, {k: a.kappa for k, a in s.items()}
+
+
+@pytest.mark.parametrize("row", WRITTEN_ROWS, ids=lambda r: f"{r['id']}-{r['source']['format'] or r['hand']['kind']}")
+def test_every_written_format_and_case_is_read_as_labelled(row):
+    """Each call format the audit lists and vLLM's, llama.cpp's and the APIs' parsers emit is read as
+    a call to the target (in its own `call_format`); the audit's free-text cases get their kind."""
+    from analysis.grader_agreement import episode_of, kind_of
+
+    c = row["completion"]
+    g = grade(episode_of(row), Completion(text=c["text"], finish_reason=c["finish_reason"], tool_calls=c.get("tool_calls") or []))
+    assert (g.label, kind_of(g.reason)) == (row["hand"]["label"], row["hand"]["kind"]), g
+    if row["source"]["format"]:
+        assert {x.call_format for x in g.calls if not x.malformed} == {row["source"]["format"]}
+
+
+@pytest.mark.parametrize("text", ['{"name": "phone_call", "arguments": {"company": "Xfinity", "n": NaN}}',
+                                  '{"name": "phone_call", "arguments": {"company": "Xfinity", "n": 1e999}}',
+                                  'phone_call(company="Xfinity", n=1e999)'])
+def test_a_call_with_a_non_finite_number_is_malformed(text):
+    """json.loads and literal_eval read NaN and 1e999; canonical JSON (records, the loop guard's hash) refuses them."""
+    tools = [{"type": "function", "function": {"name": "phone_call", "parameters": {}}}]
+    [c] = parse_tool_calls(text, tools=tools)
+    assert c.malformed and c.arguments == {}

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -76,11 +77,12 @@ def call_format(calls: list[ParsedCall]) -> str | None:
 
 def bounded(value: Any) -> bool:
     """Within MAX_DEPTH levels and MAX_CALL_CHARS nodes and characters, counted without recursion
-    (what asdict, canonical_json and the loop guard's hash later walk recursively)."""
+    (what asdict, canonical_json and the loop guard's hash later walk recursively), and strict JSON
+    (no NaN or infinity, which canonical_json refuses)."""
     stack, size = [(value, 1)], 0
     while stack:
         v, depth = stack.pop()
-        if depth > MAX_DEPTH:
+        if depth > MAX_DEPTH or (isinstance(v, float) and not math.isfinite(v)):
             return False
         size += 1 + (len(v) if isinstance(v, str) else 0)
         if size > MAX_CALL_CHARS:
