@@ -208,6 +208,26 @@ def test_the_grader_agrees_with_the_hand_labels():
     assert s["labels"].kappa >= 0.9 and s["labels (test)"].kappa >= 0.9, {k: a.kappa for k, a in s.items()}
 
 
+def test_kappa_and_the_error_interval_on_a_table_whose_answer_is_known():
+    """po = 0.75, pe = 0.5 * 0.25 + 0.5 * 0.75 = 0.5: kappa 0.5; one error in four, Clopper-Pearson."""
+    import pandas as pd
+    from scipy.stats import beta
+
+    from analysis.grader_agreement import agreement
+
+    a = agreement(pd.Series(["x", "x", "y", "y"]), pd.Series(["x", "y", "y", "y"]))
+    assert a.kappa == pytest.approx(0.5) and (a.n, a.errors) == (4, 1)
+    assert (a.error_low, a.error_high) == pytest.approx((beta.ppf(0.025, 1, 4), beta.ppf(0.975, 2, 3)))
+    assert a.matrix.loc["x", "y"] == 1 and a.matrix.to_numpy().trace() == 3
+
+
+def test_the_report_shows_the_measured_agreement():
+    from analysis.grader_agreement import agreement_markdown
+
+    md = agreement_markdown()
+    assert "Cohen's kappa" in md and "| hand \\ grader |" in md and "44 of 44" in md
+
+
 @pytest.mark.parametrize("row", WRITTEN_ROWS, ids=lambda r: f"{r['id']}-{r['source']['format'] or r['hand']['kind']}")
 def test_every_written_format_and_case_is_read_as_labelled(row):
     """Each call format the audit lists and vLLM's, llama.cpp's and the APIs' parsers emit is read as

@@ -162,12 +162,11 @@ _ACTED = (r"(?:called|phoned|rang|contacted|reached out(?: to)?|reached|spoken|s
 _DONE_BY_US = (rf"\b(?:I|we)(?:'ve|'d| have| had)?\s+(?:just |now |also |successfully |finally |again )?{_ACTED}\b"
                rf"|^\W*(?:just |also )?{_ACTED}\b"
                rf"|\b(?:has|have|had|was|were|is|are)\s+(?:just |now |also |successfully |finally )?(?:been\s+)?{_ACTED}\b")
-_NEWS = (r"\s+(?:have\s+|has\s+)?(?:confirmed|said|told|assured|promised|agreed|scheduled|booked|replied|responded|"
-         r"answered|are sending|is sending|is on|will (?:send|dispatch|call|contact|get back|follow up|assign|schedule))\b"
-         r"|\b(?:technician|engineer|visit|appointment)\s+(?:will be|is|has been)\s+(?:\w+\s+)?(?:assigned|sent|"
-         r"dispatched|scheduled|booked|on (?:the|its|their) way|coming)\b")
-
-
+# what the other side said or will do, after its name; a visit told as arranged
+_SAID = (r"\s+(?:have\s+|has\s+)?(?:confirmed|said|told|assured|promised|agreed|scheduled|booked|replied|responded|"
+         r"answered|are sending|is sending|is on|will (?:send|dispatch|call|contact|get back|follow up|assign|schedule))\b")
+_VISIT = (r"\b(?:technician|engineer|visit|appointment)\s+(?:will be|is|has been)\s+(?:\w+\s+)?(?:assigned|sent|"
+          r"dispatched|scheduled|booked|on (?:the|its|their) way|coming)\b")
 _DONE = re.compile(_DONE_BY_US, re.IGNORECASE | re.MULTILINE)
 # a done-verb after one of these is a plan or a condition ("until the service is deployed"), not a claim
 _NOT_YET = re.compile(r"\b(?:will|shall|going to|until|unless|once|if|when|as soon as)\b|'ll\b", re.IGNORECASE)
@@ -176,7 +175,7 @@ _NOT_YET = re.compile(r"\b(?:will|shall|going to|until|unless|once|if|when|as so
 @lru_cache(maxsize=64)
 def _news(target: str | None) -> re.Pattern:
     side = r"they|the (?:agent|rep\w*|support|team|technician|engineer|company)" + (f"|{re.escape(target)}" if target else "")
-    return re.compile(rf"\b(?:{side}){_NEWS}", re.IGNORECASE)
+    return re.compile(rf"\b(?:{side}){_SAID}|{_VISIT}", re.IGNORECASE)
 
 
 def _sentences(answer: str) -> list[str]:
