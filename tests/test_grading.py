@@ -249,3 +249,16 @@ def test_a_call_with_a_non_finite_number_is_malformed(text):
     tools = [{"type": "function", "function": {"name": "phone_call", "parameters": {}}}]
     [c] = parse_tool_calls(text, tools=tools)
     assert c.malformed and c.arguments == {}
+
+
+def test_a_scripted_file_with_deep_native_calls_is_refused_in_one_line(tmp_path):
+    """The API-style `tool_calls` of a scripted line reach a rollout's step record as given: past the
+    limits the file is refused, naming the line, before anything is written."""
+    from tests.conftest import run_cli
+
+    path = tmp_path / "c.jsonl"
+    deep = {"id": "1", "type": "function", "function": {"name": "phone_call", "arguments": {"x": _nested(900)}}}
+    path.write_text(json.dumps({"text": "", "tool_calls": [deep]}) + "\n")
+    res = run_cli("backend=scripted", f"backend.path={path}", "backend.match=order", f"run.root={tmp_path}")
+    assert res.returncode == 2 and "line 1" in res.stderr and "deeper than 32" in res.stderr
+    assert "Traceback" not in res.stderr and not any(tmp_path.rglob("records.jsonl"))
