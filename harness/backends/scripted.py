@@ -27,6 +27,7 @@ from harness.errors import ConfigError
 from harness.io.jsonl import read_lines
 from harness.io.validate import TOKEN_FIELDS, of_type, token_count
 from harness.measure.tokencount import load_counter
+from harness.measure.toolcalls import MAX_CALL_CHARS, MAX_DEPTH, bounded
 from harness.render import split_thinking, thinking_span
 from harness.types import Completion, Request
 
@@ -64,6 +65,9 @@ def _check(row: dict[str, Any]) -> None:
     for i, call in enumerate(of_type(row, "tool_calls", (list,)) or []):
         if not isinstance(call, dict):
             raise ValueError(f"field 'tool_calls' item {i} must be an object, got {type(call).__name__}")
+        if not bounded(call):  # a rollout's step record keeps these as given, and walks them recursively
+            raise ValueError(f"field 'tool_calls' item {i} is nested deeper than {MAX_DEPTH} levels, larger than "
+                             f"{MAX_CALL_CHARS} characters or holds NaN or infinity")
     usage = of_type(row, "usage", (dict,)) or {}
     for key in TOKEN_FIELDS:
         token_count(usage.get(key), f"usage.{key}")

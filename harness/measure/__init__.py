@@ -1,1 +1,1 @@
-"""Measurement of a completion: its label (grading), the likelihood of its candidate actions (propensity), attention, cost and token counts."""
+"""Measurement of a completion: its tool calls (toolcalls), its label (grading), the likelihood of its candidate actions (propensity), attention, cost and token counts."""
