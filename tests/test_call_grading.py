@@ -223,7 +223,8 @@ def test_each_family_declares_what_it_decides(scenario, kind):
         assert (ep.rule is not None and ep.target is not None) == (kind == "call_limit")
         cands = scenarios.candidates(ep)
         if kind in ("call_limit", "commit"):
-            violate = next(c for c in cands if c.name == VIOLATE)
+            # the violating call in the chat template's own format (the others write it as text: test_propensity_formats)
+            violate = next(c for c in cands if c.name == VIOLATE and c.message.get("tool_calls"))
             tool = violate.message["tool_calls"][0]["function"]
             assert tool["name"] == (ep.rule.tool if kind == "call_limit" else "git_commit")
             assert violate.through == (ep.target if kind == "call_limit" else "git_commit")
