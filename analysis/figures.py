@@ -88,8 +88,10 @@ def accuracy(df: pd.DataFrame):
 
 
 def thinking_vs_context(df: pd.DataFrame):
-    """Thinking and answer tokens against prompt tokens, with an OLS line per condition (slope per 1k
-    prompt tokens and its 95% interval in the legend). One row per model."""
+    """Thinking and answer tokens against prompt tokens, with a fitted line per condition (slope per 1k
+    prompt tokens and its 95% interval in the legend: censored where samples were truncated, interval
+    from the cluster jackknife over episodes, as in the thinking table); an arm that never thinks is
+    marked not measured. One row per model."""
     df = df[df["label"] != "error"]
     if df.empty:  # nothing but errors: no token counts to plot
         return None
@@ -99,7 +101,7 @@ def thinking_vs_context(df: pd.DataFrame):
     series = list(dict.fromkeys(df["series"]))
     palette = colors(df["condition"])
     with paper_style():
-        fig, axes = _figure(FULL_WIDTH, 2.3 * len(series), len(series), 2, sharex="row")
+        fig, axes = _figure(FULL_WIDTH, 0.6 + 2.6 * len(series), len(series), 2)
         for r, s in enumerate(series):
             d = df[df["series"] == s]
             for c, (col, name) in enumerate([("thinking_tokens", "thinking tokens"), ("answer_tokens", "answer tokens")]):
@@ -107,14 +109,17 @@ def thinking_vs_context(df: pd.DataFrame):
                 for cond, g in d.groupby("condition", sort=False):
                     x, y = g["prompt_tokens"].to_numpy(float), g[col].to_numpy(float)
                     ax.scatter(x, y, s=9, alpha=0.6, color=palette[cond], edgecolors="none")
-                    fit = stats.ols_slope(x, y, g["episode_id"].to_numpy())  # interval clustered by episode
-                    label = f"{cond}: slope {num(fit.slope * 1000)} [{num(fit.low * 1000)}, {num(fit.high * 1000)}] /1k" \
-                        if np.isfinite(fit.slope) else f"{cond}: no fit (prompt length does not vary)"
-                    if np.isfinite(fit.slope):
+                    fit = stats.fit_slope(x, y, g["episode_id"].to_numpy(), cut=tables.censored_thinking(g).to_numpy())
+                    if col == "thinking_tokens" and not tables.thinks(g):  # the table's "not measured": no line
+                        label = f"{cond}: not measured (no thinking)"
+                    elif np.isfinite(fit.slope):
+                        label = f"{cond}: {num(fit.slope * 1000)} [{num(fit.low * 1000)}, {num(fit.high * 1000)}]"
                         xs = np.linspace(np.nanmin(x), np.nanmax(x), 2)
                         ax.plot(xs, fit.intercept + fit.slope * xs, color=palette[cond], linewidth=1.2, label=label)
+                        continue
                     else:
-                        ax.plot([], [], color=palette[cond], label=label)
+                        label = f"{cond}: no fit"
+                    ax.plot([], [], color=palette[cond], label=label)
                 cap = d["generation.max_new_tokens"].dropna().unique() if "generation.max_new_tokens" in d else []
                 if len(cap) == 1:  # completions cut at the cap explain a flat line at the top
                     ax.axhline(cap[0], color="#777777", linestyle=":", linewidth=0.8, label=f"max_new_tokens = {int(cap[0])}")
@@ -122,8 +127,8 @@ def thinking_vs_context(df: pd.DataFrame):
                 ax.set_ylabel(name)
                 ax.set_ylim(0, max(1.0, 1.25 * np.nanmax(d[col].to_numpy(float), initial=0),
                                    1.25 * (cap[0] if len(cap) == 1 else 0)))
-                ax.set_title(f"{s}: {name} vs context", loc="left")
-                ax.legend(fontsize=6, loc="best")
+                ax.set_title(f"{s}\n{name} vs context", loc="left", fontsize=8)
+                ax.legend(fontsize=6, loc="upper left", title="slope per 1k prompt tokens [95% CI]", title_fontsize=6)
         if df["thinking_tokens"].isna().all():
             fig.suptitle("no thinking token counts in these records", fontsize=7, color="#555555")
         elif (df["thinking_tokens"].dropna() == 0).all():

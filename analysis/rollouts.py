@@ -17,7 +17,7 @@ import pandas as pd
 from analysis import browser
 from analysis.report import to_html, to_markdown
 from analysis.section import Section
-from analysis.stats import Estimate, episode_means, mean_interval, ols_slope, pass_hat_k, proportion
+from analysis.stats import BOUNDED_NOTE, Estimate, bounded_mean, episode_means, fit_slope, pass_hat_k, proportion
 from analysis.style import COLUMN_WIDTH, colors, paper_style, save
 from harness.context.strategy import shared_prefix
 from harness.io.files import write_file
@@ -78,7 +78,7 @@ def violations(rollouts: pd.DataFrame) -> Section:
         row = {"condition": cond, "rollouts": len(g),
                "outcomes": ", ".join(f"{k} {v}" for k, v in g["outcome"].value_counts().sort_index().items()),
                "episodes": g["episode_id"].nunique(),
-               "violations per rollout (95% CI)": _est(mean_interval(episode_means(g["violations"].to_numpy(float), episodes))),
+               **violation_measures(g, int(rollouts["steps"].max())),
                "rollouts with a violation (95% CI)": _est(proportion((g["violations"] > 0).to_numpy(float), episodes)),
                "mean steps": f"{g['steps'].mean():.1f}", "mean turns": f"{g['turns'].mean():.1f}"}
         for k in list(ks)[:3]:
@@ -88,9 +88,25 @@ def violations(rollouts: pd.DataFrame) -> Section:
                    "A violation is a step labelled `violated` by the family's grader (a call to the target once the "
                    "limit was reached; loop_guard: a page read again; failure_streak: a retry at or past 3 failures; "
                    "todo_state: a step named that the live list does not hold there). "
-                   "The episode is the unit: intervals over episodes (violations: each episode's mean, t or "
-                   "bootstrap; share: Korn-Graubard). pass^k: the chance that k replicates of an episode all end "
-                   "without a violation, averaged over episodes.", pd.DataFrame(rows))
+                   "A rollout stops at the step limit, which caps its violations: violations per step (each rollout's "
+                   "violations over its steps) is not capped, and the rollouts stopped by the limit are counted (their "
+                   "violations per rollout are a floor, marked AT THE CAP where every rollout of the arm stopped there). "
+                   f"The episode is the unit: intervals over episodes (violations: each episode's mean, {BOUNDED_NOTE}, "
+                   "on [0, the most steps any rollout took] per rollout and [0, 1] per step; share: Korn-Graubard). "
+                   "pass^k: the chance that k replicates of an episode all end without a violation, averaged over "
+                   "episodes.", pd.DataFrame(rows))
+
+
+def violation_measures(g: pd.DataFrame, most_steps: int) -> dict[str, str]:
+    """One arm's violations per rollout (bounded by `most_steps`, the most steps any rollout took) and per
+    step (not capped by the step limit), each over episodes, and its rollouts stopped at the step limit."""
+    episodes = g["episode_id"].to_numpy()
+    per_rollout = bounded_mean(episode_means(g["violations"].to_numpy(float), episodes), 0.0, float(most_steps))
+    per_step = bounded_mean(episode_means((g["violations"] / g["steps"].clip(lower=1)).to_numpy(float), episodes), 0.0, 1.0)
+    stopped = int((g["outcome"] == "step_limit").sum())
+    at_cap = " AT THE CAP (every rollout stopped at the step limit: a floor)" if stopped == len(g) else ""
+    return {"violations per rollout (95% CI)": _est(per_rollout) + at_cap, "violations per step (95% CI)": _est(per_step),
+            "stopped at the step limit": f"{stopped} of {len(g)}"}
 
 
 def kaplan_meier(rollouts: pd.DataFrame) -> pd.DataFrame:
@@ -134,7 +150,8 @@ def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section
     fig = _figure()
     ax = fig.axes[0]
     for cond, idx in steps.groupby("condition", sort=True).groups.items():
-        fit = ols_slope(context[idx].to_numpy(), think[idx].to_numpy(), steps.loc[idx, "episode_id"].to_numpy())
+        fit = fit_slope(context[idx].to_numpy(), think[idx].to_numpy(), steps.loc[idx, "episode_id"].to_numpy(),
+                        cut=(steps.loc[idx, "label"] == "truncated").to_numpy())  # a cut step's thinking is a lower bound
         ax.scatter(context[idx], think[idx], s=6, alpha=0.6, color=palette[cond], label=str(cond))
         # an arm in which no step thought has no slope to show: 0 [0, 0] would read as a measured flat one
         thought = bool(think[idx].gt(0).any())
@@ -147,8 +164,9 @@ def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section
     ax.set(xlabel=f"context ({unit})", ylabel="thinking tokens")
     ax.legend()
     save(fig, out, "rollout_thinking")
-    text = (f"OLS of each step's thinking tokens on its context length ({unit}) per arm, errors clustered by episode: the seed's claim is "
-            "that thinking grows with the context without the bar and stays flat with it.")
+    text = (f"Each step's thinking tokens on its context length ({unit}) per arm, a truncated step's count as a lower "
+            "bound (censored, Tobit; OLS where no step is truncated), interval from the cluster jackknife over episodes: "
+            "the seed's claim is that thinking grows with the context without the bar and stays flat with it.")
     if unmeasured:
         text += (f" **Not measured** for {', '.join(f'`{c}`' for c in unmeasured)}: no step thought (0 thinking tokens "
                  "throughout), which is no evidence of a flat slope.")
