@@ -6,8 +6,8 @@ candidate sample has a baseline twin. Episode ids hash the scenario's texts too,
 the scenario's prompts (e.g. its policy sentence) pass `--pair-by params` to pair episodes by their
 scenario name and grid parameters instead. For each condition the gate tests the report's headline,
 balanced accuracy (limit and control cells weighing the same; a model that stops calling gains
-nothing by it), then limit cells and control cells each, then each cell of the scenario grid:
-whether the candidate is worse, with a one-sided sign-flip permutation test over episodes (each
+nothing by it), then limit cells and control cells each (with --cells, each cell of the scenario
+grid too): whether the candidate is worse, with a one-sided sign-flip permutation test over episodes (each
 episode's accuracy change over its replicates is one observation: replicates of an episode are not
 independent; for balanced accuracy each weighted by 1 / its kind's episodes); p-values are
 corrected for the number of tests (Holm by default).
@@ -128,12 +128,12 @@ def check_comparable(base: pd.DataFrame, cand: pd.DataFrame, pair_by: str = "epi
 
 
 def gate_tests(base: pd.DataFrame, cand: pd.DataFrame, conditions: list[str], *, alpha: float, min_effect: float,
-               correction: str) -> list[CellTest]:
-    """Per condition: balanced accuracy, limit cells, control cells (tables.cell_subsets) and each cell of
-    the scenario grid, one test each, corrected together."""
+               correction: str, cells: bool = False) -> list[CellTest]:
+    """Per condition: balanced accuracy, limit cells, control cells (tables.cell_subsets) and with
+    cells=True each cell of the scenario grid, one test each, corrected together."""
     from statsmodels.stats.multitest import multipletests
 
-    grid = grid_columns(pd.concat([base, cand], ignore_index=True))
+    grid = grid_columns(pd.concat([base, cand], ignore_index=True)) if cells else []
     out: list[CellTest] = []
     for cond in conditions:
         p = tables.pair(base[base["condition"] == cond], cand[cand["condition"] == cond], on=KEYS)
@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-effect", type=float, default=0.05,
                         help="smallest accuracy drop (0-1) that can fail the gate (default 0.05)")
     parser.add_argument("--correction", choices=CORRECTIONS, default="holm", help="multiple-comparison correction")
+    parser.add_argument("--cells", action="store_true",
+                        help="also test each cell of the scenario grid (more tests to correct for: less power for the headline)")
     parser.add_argument("--pair-by", choices=("episode", "params"), default="episode",
                         help="pair samples by episode id (default) or by scenario name + grid parameters "
                              "(after an edit of the scenario's texts, which changes episode ids)")
@@ -232,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         base, cand = (with_pair_key(load_records([d]), args.pair_by) for d in (args.baseline, args.candidate))
         conditions, notes = check_comparable(base, cand, args.pair_by, args.allow_model_change)
         changes = prompt_changes(base, cand, conditions)
-        tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction)
+        tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction,
+                           cells=args.cells)
     except (FileNotFoundError, ValueError) as exc:  # NotComparable is a ValueError; so is an unpairable arm
         print(f"statusbench regress: cannot compare: {exc}", file=sys.stderr)
         return 2
@@ -246,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n```diff\n" + prompt_diff(args.baseline, args.candidate, row.baseline_sha, row.candidate_sha) + "\n```")
     print(f"\n## Accuracy, candidate vs baseline (one-sided sign-flip test over episodes, {args.correction} over {len(tests)} tests, "
           f"alpha {args.alpha}, min effect {args.min_effect})\n\nCell `balanced`: balanced accuracy, the report's headline (limit and "
-          "control cells weighing the same); `limit` / `control`: those cells alone; then each cell of the grid.\n")
+          "control cells weighing the same); `limit` / `control`: those cells alone" + ("; then each cell of the grid" if args.cells else "")
+          + ".\n")
     print(_table(tests))
     failed = [t for t in tests if t.regression]
     if args.json:

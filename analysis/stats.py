@@ -38,8 +38,8 @@ BOOTSTRAP_RESAMPLES = 2000
 MIN_BOOTSTRAP_EPISODES = 4  # below: t intervals; the bootstrap-t needs resamples that differ
 EXACT_EPISODES = 16  # sign-flip tests enumerate all 2^n flips up to here
 MONTE_CARLO_FLIPS = 9999
-BOUND_DRAWS = 4_000_000  # weights drawn for a Gaffke bound over n episodes: BOUND_DRAWS / (n + 1) weightings, its
-# Monte Carlo error about 0.002 whatever n (the spread of the mean shrinks as the weightings do)
+BOUND_DRAWS = 1_000_000  # weights drawn for a Gaffke bound over n episodes: BOUND_DRAWS / (n + 1) weightings, its
+# Monte Carlo error about 0.003 whatever n (the spread of the mean shrinks as the weightings do)
 NAN3 = (math.nan, math.nan, math.nan)
 # how the report names each interval
 BOUNDED_NOTE = ("Gaffke's bound over episodes (it assumes nothing but the values' range, cannot leave it and is "
@@ -120,7 +120,9 @@ def bootstrap_t_bounds(x: np.ndarray, *, confidence: float = 0.95, n_resamples: 
         t = (draws.mean(axis=2) - mean[:, None]) / (draws.std(axis=2, ddof=1) / math.sqrt(n))
     t = np.where(np.isnan(t), 0.0, t)  # a resample with no spread and the sample's own mean
     tail = (1 - confidence) / 2
-    return mean - np.quantile(t, 1 - tail, axis=1) * se, mean - np.quantile(t, tail, axis=1) * se
+    # the order statistics outward, not interpolated: between two infinite t's that would be NaN
+    return (mean - np.quantile(t, 1 - tail, axis=1, method="higher") * se,
+            mean - np.quantile(t, tail, axis=1, method="lower") * se)
 
 
 def mean_interval(values: np.ndarray, *, within: tuple[float, float] = (-math.inf, math.inf), confidence: float = 0.95,
@@ -175,7 +177,7 @@ def gaffke_bounds(x: np.ndarray, low: float, high: float, *, strata: np.ndarray 
 
 
 def bounded_mean(values: np.ndarray, low: float, high: float, *, strata: np.ndarray | None = None,
-                 confidence: float = 0.95, seed: int = 0) -> Estimate:
+                 confidence: float = 0.95, seed: int = 0, draws: int | None = None) -> Estimate:
     """Mean of one value per episode, each known to lie in [low, high] (NaNs dropped), with Gaffke's
     bounds (`gaffke_bounds`); with `strata`, the mean of the strata's means. No interval from one episode."""
     x = np.asarray(values, float)
@@ -186,7 +188,7 @@ def bounded_mean(values: np.ndarray, low: float, high: float, *, strata: np.ndar
     est = float(x.mean() if strata is None else pd.Series(x).groupby(strata).mean().mean())
     if len(x) == 1:
         return Estimate(est, math.nan, math.nan, 1)
-    lo, hi = gaffke_bounds(x, low, high, strata=strata, confidence=confidence, seed=seed)
+    lo, hi = gaffke_bounds(x, low, high, strata=strata, confidence=confidence, seed=seed, draws=draws)
     return Estimate(est, float(lo[0]), float(hi[0]), len(x))
 
 
@@ -227,12 +229,13 @@ class Paired:
 
 
 def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, strata: np.ndarray | None = None,
-           confidence: float = 0.95, seed: int = 0, flips: int | None = None) -> Paired:
+           confidence: float = 0.95, seed: int = 0, flips: int | None = None, draws: int | None = None) -> Paired:
     """a, b: 0/1 outcomes of the two arms on the same samples; clusters: each pair's episode. The
     per-episode difference lies in [-1, 1]: its mean gets Gaffke's bounds. With `strata` (each
     sample's class, e.g. limit or control cell; an episode is in one) every stratum weighs the same
     (balanced accuracy): the accuracies and the difference are means of the strata's, and the sign-flip
-    test flips each episode's difference weighted by 1 / its stratum's episodes."""
+    test flips each episode's difference weighted by 1 / its stratum's episodes. flips and draws: the
+    Monte Carlo sizes of the test and the bound (default: the module's)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) != len(b) or len(a) != len(clusters):
         raise ValueError(f"paired arms need equal lengths, got {len(a)}, {len(b)}, {len(clusters)} clusters")
@@ -249,7 +252,7 @@ def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, strata: np.nda
         per_episode = per_episode.first().to_numpy()
         sizes = pd.Series(per_episode).map(pd.Series(per_episode).value_counts()).to_numpy(float)
         weight = len(d) / (sizes * len(set(per_episode.tolist())))  # mean(weight * d) = the mean of the strata's means
-    diff = bounded_mean(d, -1.0, 1.0, strata=per_episode, confidence=confidence, seed=seed)
+    diff = bounded_mean(d, -1.0, 1.0, strata=per_episode, confidence=confidence, seed=seed, draws=draws)
     acc = [float(np.mean(weight * e)) for e in (ea, eb)]
     return Paired(len(a), len(d), *acc, int(((a > 0) & (b <= 0)).sum()), int(((a <= 0) & (b > 0)).sum()),
                   sign_flip(weight * d, "two-sided", seed, flips), sign_flip(weight * d, "less", seed, flips),
