@@ -24,7 +24,7 @@ import pandas as pd
 
 from analysis.section import Section
 from analysis import stats
-from analysis.style import FULL_WIDTH, colors, save
+from analysis.style import FULL_WIDTH, colors, paper_style, save
 from harness.measure.propensity import log_odds
 
 BASELINE = "none"
@@ -128,22 +128,23 @@ def figure(table: pd.DataFrame):
         curve = table.assign(calls_made=0)
     series = curve["condition"] + (" · " + curve["run_label"] if curve["run_label"].nunique() > 1 else "")
     palette = colors(series)
-    fig = Figure(figsize=(FULL_WIDTH / 2, 2.4), layout="constrained")
-    ax = fig.subplots()
-    offsets = {s: (k - (len(palette) - 1) / 2) * 0.08 for k, s in enumerate(palette)}
-    for s, g in curve.groupby(series, sort=False):
-        x = g["calls_made"].astype(float) + offsets[s]
-        ax.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_low"], g["diff_high"] - g["diff"]], marker="o",
-                    markersize=3, capsize=2, linewidth=1, color=palette[s], label=s)
-    ax.axhline(0, color="black", linewidth=0.6)
-    limits = curve["limit"].dropna().unique()
-    if len(limits) == 1:
-        ax.axvline(float(limits[0]) - 0.5, color="grey", linestyle="--", linewidth=0.8)
-        ax.annotate("limit", (float(limits[0]) - 0.45, 1), xycoords=("data", "axes fraction"), va="top", fontsize=6, color="grey")
-    ax.set_xticks(sorted(curve["calls_made"].astype(float).unique()))
-    ax.set_xlabel("calls already made")
-    ax.set_ylabel(f"Δ log-odds of the violating call\n(condition − {curve['baseline'].iloc[0]})")
-    ax.legend()
+    with paper_style():
+        fig = Figure(figsize=(FULL_WIDTH / 2, 2.2 + 0.15 * len(palette)), layout="constrained")
+        ax = fig.subplots()
+        offsets = {s: (k - (len(palette) - 1) / 2) * 0.08 for k, s in enumerate(palette)}
+        for s, g in curve.groupby(series, sort=False):
+            x = g["calls_made"].astype(float) + offsets[s]
+            ax.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_low"], g["diff_high"] - g["diff"]], marker="o",
+                        markersize=3, capsize=2, linewidth=1, color=palette[s], label=s)
+        ax.axhline(0, color="black", linewidth=0.6)
+        limits = curve["limit"].dropna().unique()
+        if len(limits) == 1:
+            ax.axvline(float(limits[0]) - 0.5, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate("limit", (float(limits[0]) - 0.45, 1), xycoords=("data", "axes fraction"), va="top", fontsize=6, color="grey")
+        ax.set_xticks(sorted(curve["calls_made"].astype(float).unique()))
+        ax.set_xlabel("calls already made")
+        ax.set_ylabel(f"Δ log-odds of the violating call\n(condition − {curve['baseline'].iloc[0]})")
+        fig.legend(loc="outside lower center", fontsize=6)  # below the axes: inside, it covers the curves
     return fig
 
 
