@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import attention_figures, browser, propensity, stats, tables
+from analysis import attention_figures, browser, findings, propensity, stats, tables
 from analysis.load import grid_columns, load_records
 from analysis.section import Section, md_table, md_text
 from analysis.style import num
@@ -199,7 +199,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
     """The tables and figures of the report, in order."""
     from analysis.figures import FIGURES
 
-    out: list[Section] = warnings(df)
+    out: list[Section] = [*findings.sections(df), *warnings(df)]
     rates = tables.rates(df, ["run_label", "condition"])
     if df["run_label"].nunique() > 1:
         side = rates.assign(cell=ci(rates["balanced_accuracy"], rates["bal_low"], rates["bal_high"]))

@@ -107,6 +107,7 @@ def test_report_of_two_runs_side_by_side(runs, tmp_path):
                     "By cell of the scenario grid", "Outcomes"):
         assert f"## {heading}\n" in md, heading
     assert "96 scripted (replayed, not generated)" in md
+    assert md.split("\n## ")[1].startswith("Finding\n\n**small.** On balanced accuracy")  # the finding in words comes first
     assert "| scripted" in md  # the error kind
     assert "pass^2" in md
     side = md.split("## Runs side by side")[1].split("##")[0]
