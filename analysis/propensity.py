@@ -4,8 +4,8 @@ The measure: the log-odds, log p - log(1 - p), of the violating call (the family
 action, e.g. the rule's tool with the target, scored through the text that decides it) right after
 the generation prompt. Each condition is
 compared with the baseline arm on the same episodes: the paired difference of log-odds, averaged
-over episodes (replicates of an episode share a prompt, so their scores are one value), with a t
-interval over episodes (a percentile bootstrap over episodes from 20 on) and an exact sign-flip p.
+over episodes (replicates of an episode share a prompt, so their scores are one value), with a
+bootstrap-t interval over episodes (stats.mean_interval) and an exact sign-flip p.
 The same difference per `calls_made` is the curve: a bar that works lowers the violating call at and
 over the limit and leaves the control cells below it alone. The cells the report singles out (below,
 at and over the limit) have their p-values Holm-corrected together, per condition.
@@ -240,8 +240,7 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
         return [Section("Propensity: the rule decision by likelihood",
                         text + f"No paired comparison: no `{BASELINE}` arm scored on the same episodes."), *controls]
     save(figure(violate), out_dir, FIGURE)
-    text += (f"Paired over episodes against `{BASELINE}`: 95% t intervals over episodes (a percentile bootstrap of "
-             f"episodes from {stats.MIN_BOOTSTRAP_EPISODES} episodes on); p = sign-flip permutation test over episodes "
+    text += (f"Paired over episodes against `{BASELINE}`: 95% {stats.MEAN_NOTE}; p = sign-flip permutation test over episodes "
              f"(two-sided, exact up to {stats.EXACT_EPISODES} episodes), Holm-corrected over each condition's "
              "calls_made cells. "
              "Negative: the condition makes the violating call less likely. " + _headline(violate))

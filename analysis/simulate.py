@@ -197,6 +197,22 @@ def power_table(sizes: list[int], drops: list[float], *, reps: int, base: float,
     return rows
 
 
+def coverage_table(reps: int, sizes: tuple[int, ...] = (4, 8, 16, 20, 32)) -> list[str]:
+    """The README's table: coverage of each interval and level of the slope-difference test, per size."""
+    rows = [("paired difference, sparse (Gaffke)", lambda n: difference_coverage(reps, n, "sparse", seed=n)[0]),
+            ("paired difference, dense (Gaffke)", lambda n: difference_coverage(reps, n, "dense", seed=n)[0]),
+            ("balanced-accuracy difference (Gaffke, strata)", lambda n: balanced_difference_coverage(reps, n, seed=n)),
+            ("pass^1 at accuracy 0.9 (Gaffke)", lambda n: pass_k_coverage(reps, n, seed=n)),
+            ("balanced accuracy (Korn-Graubard)", lambda n: headline_coverage(reps, episodes=n, seed=n)),
+            *((f"mean {kind} (bootstrap-t)", lambda n, k=kind: mean_coverage(reps, n, k, seed=n)) for kind in SKEWED)]
+    out = ["| interval: coverage at 95% | " + " | ".join(f"{n} episodes" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    out += [f"| {name} | " + " | ".join(f"{f(n):.3f}" for n in sizes) + " |" for name, f in rows]
+    out += [f"| slope-difference test, rejections under no effect ({t:.0%} truncated) | "
+            + " | ".join(f"{slope_difference_rejections(reps, n, truncated=t, seed=n):.3f}" for n in sizes) + " |"
+            for t in (0.0, 0.47)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.simulate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -205,7 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=float, default=0.8, help="baseline accuracy")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--reps", type=int, default=400, help="simulated comparisons per cell")
+    parser.add_argument("--coverage", action="store_true",
+                        help="print the coverage of each interval and the slope-difference test's level instead")
     args = parser.parse_args(argv)
+    if args.coverage:
+        print(f"Coverage of the report's 95% intervals and level of the slope-difference test at 0.05, {args.reps} "
+              "simulated runs per cell (analysis.simulate's docstring: the runs and their truth)\n")
+        print("\n".join(coverage_table(args.reps)))
+        return 0
     print(f"Power of the one-sided sign-flip gate (alpha {args.alpha}, one test), {REPLICATES} replicates per episode, "
           f"within-episode correlation {ICC}, baseline accuracy {args.base}, {args.reps} simulated runs per cell\n")
     rows = power_table(args.episodes, args.drops, reps=args.reps, base=args.base, alpha=args.alpha)

@@ -297,7 +297,7 @@ def test_an_arm_that_never_thought_has_no_thinking_slope(tmp_path: Path):
     n = 8
     steps = pd.DataFrame({"condition": ["none"] * n + ["status_tail"] * n, "episode_id": [f"e{i % 4}" for i in range(2 * n)],
                           "prompt_tokens": [1000 + 100 * (i % n) for i in range(2 * n)],
-                          "thinking_tokens": [0] * n + [50 + 10 * i + (i % 3) for i in range(n)]})
+                          "thinking_tokens": [0] * n + [50 + 10 * i + (i % 3) for i in range(n)], "label": "refused"})
     section = thinking(steps, tmp_path, {"none": "C0", "status_tail": "C1"})
     rows = section.table.set_index("condition")
     slope, p = rows.columns[-2], rows.columns[-1]

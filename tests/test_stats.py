@@ -362,3 +362,20 @@ def test_outcomes_table_shows_counts_and_shares():
     assert t.iloc[0].tolist() == ["none", "3 (0.25)", "0 (0.00)", "6 (0.50)", "0 (0.00)", "2 (0.17)", "1 (0.08)", 12]
     assert t.iloc[1].tolist() == ["status_tail", "0 (0.00)", "0 (0.00)", "1 (1.00)", "0 (0.00)", "0 (0.00)", "0 (0.00)", 1]
     assert "| 6 (0.50)" in t.to_markdown(index=False)
+
+
+def test_rollout_violations_per_step_are_not_capped_and_the_cap_is_said():
+    from analysis.rollouts import violation_measures
+
+    # every rollout stopped at the step limit (4 steps) after 3 violations: per rollout it cannot show more
+    capped = pd.DataFrame({"episode_id": [f"e{i}" for i in range(4)], "violations": 3, "steps": 4, "outcome": "step_limit"})
+    m = violation_measures(capped, 4)
+    assert m["violations per rollout (95% CI)"].startswith("3.00 [") and m["violations per rollout (95% CI)"].endswith(
+        "AT THE CAP (every rollout stopped at the step limit: a floor)")
+    low, high = (float(x) for x in m["violations per step (95% CI)"].split("[")[1].rstrip("]").split(", "))
+    assert m["violations per step (95% CI)"].startswith("0.75 [") and 0 <= low < 0.75 < high <= 1  # never zero-width
+    assert m["stopped at the step limit"] == "4 of 4"
+    finished = capped.assign(violations=[0, 1, 0, 2], steps=[2, 6, 3, 8], outcome=["finished"] * 3 + ["step_limit"])
+    m = violation_measures(finished, 8)
+    assert "AT THE CAP" not in m["violations per rollout (95% CI)"] and m["stopped at the step limit"] == "1 of 4"
+    assert m["violations per step (95% CI)"].startswith(f"{(0 + 1 / 6 + 0 + 2 / 8) / 4:.2f} [")
