@@ -38,7 +38,7 @@ BOOTSTRAP_RESAMPLES = 2000
 MIN_BOOTSTRAP_EPISODES = 4  # below: t intervals; the bootstrap-t needs resamples that differ
 EXACT_EPISODES = 16  # sign-flip tests enumerate all 2^n flips up to here
 MONTE_CARLO_FLIPS = 9999
-BOUND_DRAWS = 1_000_000  # weights drawn for a Gaffke bound over n episodes: BOUND_DRAWS / (n + 1) weightings, its
+BOUND_DRAWS = 1_000_000  # a Gaffke bound over n episodes draws BOUND_DRAWS / (n + 1) weightings (at least 1000): its
 # Monte Carlo error about 0.003 whatever n (the spread of the mean shrinks as the weightings do)
 NAN3 = (math.nan, math.nan, math.nan)
 # how the report names each interval
@@ -155,25 +155,28 @@ def gaffke_bounds(x: np.ndarray, low: float, high: float, *, strata: np.ndarray 
     (Gaffke 2005; Learned-Miller & Thomas 2019). The extra point is what keeps the bound honest where
     the sample shows no spread. With `strata` (a code per column) the mean is the mean of the strata's
     means (balanced accuracy), each stratum reweighted on its own with its own extra point. `draws`
-    weightings (default: BOUND_DRAWS / (episodes + 1), at least 4000)."""
+    weightings (default: BOUND_DRAWS / (episodes + 1), at least 1000)."""
     x = np.atleast_2d(np.asarray(x, float))
     codes = np.zeros(x.shape[1], int) if strata is None else pd.factorize(pd.Series(strata), sort=True)[0]
     k = codes.max() + 1
-    draws = draws or max(4000, BOUND_DRAWS // (x.shape[1] + 1))
-    rng = np.random.default_rng(seed)
-    lows, highs = np.zeros((len(x), draws)), np.zeros((len(x), draws))
-    for s in range(k):
-        part = x[:, codes == s]
-        block = max(1, 400_000 // (part.shape[1] + 1))  # weights in blocks: all of them at once can be large
-        for start in range(0, draws, block):
-            w = rng.exponential(size=(min(block, draws - start), part.shape[1] + 1))
-            w /= w.sum(axis=1, keepdims=True)
-            base = part @ w[:, :-1].T
-            lows[:, start:start + len(w)] += (base + low * w[:, -1]) / k
-            highs[:, start:start + len(w)] += (base + high * w[:, -1]) / k
+    draws = draws or max(1000, BOUND_DRAWS // (x.shape[1] + 1))
     tail = (1 - confidence) / 2
+    bounds = np.empty((2, len(x)))
+    for r, row in enumerate(x):
+        rng = np.random.default_rng(seed)
+        lows, highs = np.zeros(draws), np.zeros(draws)
+        for s in range(k):
+            # episodes of one value share one Gamma(count) weight: the same Dirichlet, drawn over the
+            # few values 0/1 outcomes take instead of over every episode
+            values, counts = np.unique(row[codes == s], return_counts=True)
+            w = rng.standard_gamma(np.append(counts, 1.0), size=(draws, len(values) + 1))
+            w /= w.sum(axis=1, keepdims=True)
+            base = w[:, :-1] @ values
+            lows += (base + low * w[:, -1]) / k
+            highs += (base + high * w[:, -1]) / k
+        bounds[:, r] = np.quantile(lows, tail), np.quantile(highs, 1 - tail)
     # a weighted mean of values in [low, high] stays there; the clip only removes rounding past it
-    return (np.clip(np.quantile(lows, tail, axis=1), low, high), np.clip(np.quantile(highs, 1 - tail, axis=1), low, high))
+    return np.clip(bounds[0], low, high), np.clip(bounds[1], low, high)
 
 
 def bounded_mean(values: np.ndarray, low: float, high: float, *, strata: np.ndarray | None = None,
