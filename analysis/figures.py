@@ -152,7 +152,7 @@ def thinking_vs_context(df: pd.DataFrame):
                 ax.set_ylim(0, max(1.0, 1.25 * np.nanmax(d[col].to_numpy(float), initial=0), 1.1 * cap[0] if cut else 0))
                 ax.set_title(f"{s}\n{name} vs context", loc="left", fontsize=8)
                 # below the panel, where it covers no point
-                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(0, -0.28), title="slope per 1k prompt tokens [95% CI]",
+                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(0, -0.24), title="slope per 1k prompt tokens [95% CI]",
                           title_fontsize=6, alignment="left")
         if df["thinking_tokens"].isna().all():
             fig.suptitle("no thinking token counts in these records", fontsize=7, color="#555555")

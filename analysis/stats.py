@@ -42,7 +42,7 @@ BOUND_DRAWS = 1_000_000  # a Gaffke bound over n episodes draws BOUND_DRAWS / (n
 # Monte Carlo error about 0.003 whatever n (the spread of the mean shrinks as the weightings do)
 NAN3 = (math.nan, math.nan, math.nan)
 # how the report names each interval
-BOUNDED_NOTE = ("Gaffke's bound over episodes (it assumes nothing but the values' range, cannot leave it and is "
+BOUNDED_NOTE = ("Gaffke interval over episodes (it assumes nothing but the values' range, cannot leave it and is "
                 "never zero-width)")
 MEAN_NOTE = f"bootstrap-t interval over episodes (t below {MIN_BOOTSTRAP_EPISODES} episodes), clipped to the possible range"
 
