@@ -85,7 +85,7 @@ def episode_table(shares: pd.DataFrame) -> pd.DataFrame:
         for region in ordered_regions(wide["share"].columns):
             row = {"condition": condition, "region": region}
             for metric, w in by_episode.items():
-                e = stats.mean_interval(w.loc[condition, region].to_numpy())
+                e = stats.mean_interval(w.loc[condition, region].to_numpy(), within=(0.0, 1.0))
                 row |= {metric: e.est, f"{metric}_low": e.low, f"{metric}_high": e.high, f"{metric}_episodes": e.episodes}
             rows.append(row)
     return pd.DataFrame(rows)
@@ -236,7 +236,7 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
             f"({weights.get('revision') or 'no revision'}, {weights.get('dtype')}). {_headline(by_episode)} Shares are per "
             "generated token, averaged over heads and layers, over each episode's samples, then over episodes; share per "
             "token = share / the region's length in tokens (a long region draws attention for its length alone); 95% "
-            f"intervals over episodes (t below {stats.MIN_BOOTSTRAP_EPISODES} episodes). `template` is turn markers and the "
+            f"{stats.MEAN_NOTE} [0, 1]; – where every episode shows the same share. `template` is turn markers and the "
             "first token (attention sinks), `generated` the completion's own tokens.")
     fmt = lambda t: t.reset_index().rename(columns={"index": "condition"}).round(3)  # noqa: E731
     return [Section("Attention: share per region", text, _share_table(by_episode), SHARES),

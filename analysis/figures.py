@@ -33,6 +33,28 @@ def with_series(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(series=df["run_label"].map(mapping))
 
 
+def series_title(df: pd.DataFrame) -> str:
+    """What `with_series` named the series by: `model`, or `run` where runs share a model."""
+    return "model" if (df["series"].map(str) == df["model"].map(str)).all() else "run"
+
+
+def _tick_labels(ax, labels: list[str], fontsize: float = 7) -> None:
+    """Category labels under an axis, each within its slot: as they are where they fit, else broken
+    at hyphens and spaces into at most three lines (never inside a word), else upright and small."""
+    import textwrap
+
+    slot = ax.get_position().width * ax.get_figure(root=True).get_figwidth() * 72 / max(1, len(labels))  # points per label
+    chars = max(4, int(slot / (0.6 * fontsize)))
+    if all(len(s) <= chars for s in labels):
+        ax.set_xticks(range(len(labels)), labels)
+        return
+    wrapped = [textwrap.fill(s, chars, break_on_hyphens=True, break_long_words=False) for s in labels]
+    if all(w.count("\n") < 3 and max(map(len, w.splitlines())) <= chars for w in wrapped):
+        ax.set_xticks(range(len(labels)), wrapped, fontsize=fontsize)
+    else:
+        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
+
+
 def _grouped_bars(ax, table: pd.DataFrame, group: str, hue: str, value: str, low: str | None, high: str | None,
                   palette: dict[str, str]) -> None:
     """Bars of `value` at each `group` on the x axis, one bar per `hue`, with optional interval whiskers."""
@@ -56,23 +78,24 @@ def _grouped_bars(ax, table: pd.DataFrame, group: str, hue: str, value: str, low
             for xi, n in zip(x, t["n"]):
                 if not pd.isna(n):
                     ax.text(xi, 0, f"{int(n)}", ha="center", va="bottom", fontsize=5.5, color="#333333")
-    ax.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
-    if len(groups) > 3:  # names side by side would overlap: upright, small
-        ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+    _tick_labels(ax, [str(g) for g in groups])
 
 
 def _legend(fig, axes, title: str) -> None:
-    """The legend beside the first row's last panel, from whichever panel has labelled bars (an
-    empty panel has none, and matplotlib warns about a legend without artists)."""
-    handles, labels = next((hl for hl in (ax.get_legend_handles_labels() for ax in axes.flat) if hl[0]), ([], []))
+    """One legend below the figure, from whichever panel has labelled artists (an empty panel has
+    none, and matplotlib warns about a legend without artists): beside a panel it takes the panel's
+    width, over one it covers bars."""
+    handles, labels = next((hl for hl in (ax.get_legend_handles_labels() for ax in np.ravel(axes)) if hl[0]), ([], []))
     if handles:
-        axes[0, -1].legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1, 1))
+        ncols = 1 if max(map(len, labels)) > 30 else min(len(labels), 4)
+        fig.legend(handles, labels, title=title, loc="outside lower center", ncols=ncols, fontsize=6.5, title_fontsize=7)
 
 
 def accuracy(df: pd.DataFrame):
     """Balanced accuracy (the mean of limit-cell and control-cell accuracy) by condition and model,
-    with 95% intervals; n at the foot of each bar; the dashed line is what a policy that never calls,
-    or always calls, scores (0.5)."""
+    with 95% intervals (the two kinds' Korn-Graubard intervals over episodes combined, as in the
+    tables); n at the foot of each bar; the dashed line is what a policy that never calls, or always
+    calls, scores (0.5)."""
     df = with_series(df)
     t = tables.rates(df, ["condition", "series"])
     with paper_style():
@@ -82,14 +105,16 @@ def accuracy(df: pd.DataFrame):
         ax.axhline(0.5, color="#777777", linestyle="--", linewidth=0.8, label="never / always call")
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("balanced accuracy (95% CI)")
-        ax.set_title("Rule-following (balanced accuracy) by condition and model")
-        ax.legend(title="model", loc="upper left", bbox_to_anchor=(1, 1))
+        ax.set_title(f"Rule-following (balanced accuracy) by condition and {series_title(df)}", loc="left")
+        _legend(fig, np.array([ax]), series_title(df))
     return fig
 
 
 def thinking_vs_context(df: pd.DataFrame):
-    """Thinking and answer tokens against prompt tokens, with an OLS line per condition (slope per 1k
-    prompt tokens and its 95% interval in the legend). One row per model."""
+    """Thinking and answer tokens against prompt tokens, with a fitted line per condition (slope per 1k
+    prompt tokens and its 95% interval in the legend: censored where samples were truncated, interval
+    from the cluster jackknife over episodes, as in the thinking table); an arm that never thinks is
+    marked not measured. One row per model."""
     df = df[df["label"] != "error"]
     if df.empty:  # nothing but errors: no token counts to plot
         return None
@@ -99,7 +124,7 @@ def thinking_vs_context(df: pd.DataFrame):
     series = list(dict.fromkeys(df["series"]))
     palette = colors(df["condition"])
     with paper_style():
-        fig, axes = _figure(FULL_WIDTH, 2.3 * len(series), len(series), 2, sharex="row")
+        fig, axes = _figure(FULL_WIDTH, 0.4 + 3.2 * len(series), len(series), 2)
         for r, s in enumerate(series):
             d = df[df["series"] == s]
             for c, (col, name) in enumerate([("thinking_tokens", "thinking tokens"), ("answer_tokens", "answer tokens")]):
@@ -107,23 +132,28 @@ def thinking_vs_context(df: pd.DataFrame):
                 for cond, g in d.groupby("condition", sort=False):
                     x, y = g["prompt_tokens"].to_numpy(float), g[col].to_numpy(float)
                     ax.scatter(x, y, s=9, alpha=0.6, color=palette[cond], edgecolors="none")
-                    fit = stats.ols_slope(x, y, g["episode_id"].to_numpy())  # interval clustered by episode
-                    label = f"{cond}: slope {num(fit.slope * 1000)} [{num(fit.low * 1000)}, {num(fit.high * 1000)}] /1k" \
-                        if np.isfinite(fit.slope) else f"{cond}: no fit (prompt length does not vary)"
-                    if np.isfinite(fit.slope):
+                    fit = stats.fit_slope(x, y, g["episode_id"].to_numpy(), cut=tables.censored_thinking(g).to_numpy())
+                    if col == "thinking_tokens" and not tables.thinks(g):  # the table's "not measured": no line
+                        label = f"{cond}: not measured (no thinking)"
+                    elif np.isfinite(fit.slope):
+                        label = f"{cond}: {num(fit.slope * 1000)} [{num(fit.low * 1000)}, {num(fit.high * 1000)}]"
                         xs = np.linspace(np.nanmin(x), np.nanmax(x), 2)
                         ax.plot(xs, fit.intercept + fit.slope * xs, color=palette[cond], linewidth=1.2, label=label)
+                        continue
                     else:
-                        ax.plot([], [], color=palette[cond], label=label)
+                        label = f"{cond}: no fit"
+                    ax.plot([], [], color=palette[cond], label=label)
                 cap = d["generation.max_new_tokens"].dropna().unique() if "generation.max_new_tokens" in d else []
-                if len(cap) == 1:  # completions cut at the cap explain a flat line at the top
+                cut = tables.censored_thinking(d).any() and len(cap) == 1
+                if cut:  # completions cut at the cap explain points on a flat line at the top
                     ax.axhline(cap[0], color="#777777", linestyle=":", linewidth=0.8, label=f"max_new_tokens = {int(cap[0])}")
                 ax.set_xlabel("prompt tokens (context length)")
                 ax.set_ylabel(name)
-                ax.set_ylim(0, max(1.0, 1.25 * np.nanmax(d[col].to_numpy(float), initial=0),
-                                   1.25 * (cap[0] if len(cap) == 1 else 0)))
-                ax.set_title(f"{s}: {name} vs context", loc="left")
-                ax.legend(fontsize=6, loc="best")
+                ax.set_ylim(0, max(1.0, 1.25 * np.nanmax(d[col].to_numpy(float), initial=0), 1.1 * cap[0] if cut else 0))
+                ax.set_title(f"{s}\n{name} vs context", loc="left", fontsize=8)
+                # below the panel, where it covers no point
+                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(0, -0.24), title="slope per 1k prompt tokens [95% CI]",
+                          title_fontsize=6, alignment="left")
         if df["thinking_tokens"].isna().all():
             fig.suptitle("no thinking token counts in these records", fontsize=7, color="#555555")
         elif (df["thinking_tokens"].dropna() == 0).all():
@@ -189,7 +219,8 @@ def outcomes(df: pd.DataFrame):
 
 def control_vs_limit(df: pd.DataFrame):
     """Control cells (below the limit: over-refusal rate) beside limit cells (at or over it: violation
-    rate), per condition and cell of the scenario grid, with Wilson 95% intervals. Lower is better."""
+    rate), per condition and cell of the scenario grid, with 95% Korn-Graubard intervals over episodes
+    (as in the tables; a cell of few episodes has a wide one). Lower is better."""
     df = with_series(df)
     grid = [c for c in grid_columns(df) if df[c].notna().all()]
     t = tables.rates(df, ["series", "condition", *grid, "expected"])
@@ -201,9 +232,14 @@ def control_vs_limit(df: pd.DataFrame):
               ("refused", "violation_rate", "viol_low", "viol_high", "limit cells (at or over the limit)\nviolation rate")]
     widths = [max(1, t.loc[t["expected"] == e, "cell"].nunique()) for e, *_ in panels]
     with paper_style():
-        fig, axes = _figure(max(FULL_WIDTH, 2.5 + 0.3 * sum(widths)), 2.6 * len(series), len(series), 2, sharey=True,
-                            gridspec_kw={"width_ratios": widths})
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(max(FULL_WIDTH, 2.5 + 0.3 * sum(widths)), 0.4 + 2.8 * len(series)), layout="constrained")
+        rows = fig.subfigures(len(series), 1, squeeze=False)[:, 0]  # one per series, titled by it
+        axes = np.array([row.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": widths}) for row in rows])
         for r, s in enumerate(series):
+            if len(series) > 1:
+                rows[r].suptitle(s, x=0.01, ha="left", fontsize=8, fontweight="bold")
             for ax, (expected, value, low, high, title) in zip(axes[r], panels):
                 # n at a bar's foot: the rate's denominator (errors and truncations are not answers)
                 d = t[(t["series"] == s) & (t["expected"] == expected)]
@@ -214,9 +250,8 @@ def control_vs_limit(df: pd.DataFrame):
                     _grouped_bars(ax, d, "cell", "condition", value, low, high, palette)
                 ax.set_ylim(0, 1.05)
                 ax.set_xlabel(", ".join(c.removeprefix("params.") for c in grid) if grid else "")
-                if r == 0:
-                    ax.set_title(title, loc="left")
-            axes[r, 0].set_ylabel(f"{s}\nrate (lower is better)" if len(series) > 1 else "rate (lower is better)")
+                ax.set_title(title, loc="left", fontsize=8)
+            axes[r, 0].set_ylabel("rate (lower is better)")
         _legend(fig, axes, "condition")
     return fig
 

@@ -6,7 +6,7 @@ format scored, teacher-forced right after the generation prompt; each format's s
 beside the formats the model's own sampled answers used. Each condition is compared with the baseline
 arm on the same episodes: P in each arm (mean over episodes) and the paired difference of log-odds,
 log P - log(1 - P), averaged over episodes (replicates of an episode share a prompt, so their scores are
-one value), with a t interval over episodes (a percentile bootstrap over episodes from 20 on) and an
+one value), with a bootstrap-t interval over episodes (stats.mean_interval) and an
 exact sign-flip p. The same per `calls_made` is the headline: a bar that works lowers the violating
 decision at and over the limit and leaves the control cells below it alone. The cells the report
 singles out (below, at and over the limit) have their p-values Holm-corrected together, per condition.
@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.section import Section
 from analysis import stats
-from analysis.style import FULL_WIDTH, colors, save
+from analysis.style import FULL_WIDTH, colors, paper_style, save
 from harness.measure.propensity import FORMATS, TEMPLATE, VIOLATE, log_odds
 
 BASELINE = "none"
@@ -148,22 +148,23 @@ def figure(table: pd.DataFrame):
         curve = table.assign(calls_made=0)
     series = curve["condition"] + (" · " + curve["run_label"] if curve["run_label"].nunique() > 1 else "")
     palette = colors(series)
-    fig = Figure(figsize=(FULL_WIDTH / 2, 2.4), layout="constrained")
-    ax = fig.subplots()
-    offsets = {s: (k - (len(palette) - 1) / 2) * 0.08 for k, s in enumerate(palette)}
-    for s, g in curve.groupby(series, sort=False):
-        x = g["calls_made"].astype(float) + offsets[s]
-        ax.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_low"], g["diff_high"] - g["diff"]], marker="o",
-                    markersize=3, capsize=2, linewidth=1, color=palette[s], label=s)
-    ax.axhline(0, color="black", linewidth=0.6)
-    limits = curve["limit"].dropna().unique()
-    if len(limits) == 1:
-        ax.axvline(float(limits[0]) - 0.5, color="grey", linestyle="--", linewidth=0.8)
-        ax.annotate("limit", (float(limits[0]) - 0.45, 1), xycoords=("data", "axes fraction"), va="top", fontsize=6, color="grey")
-    ax.set_xticks(sorted(curve["calls_made"].astype(float).unique()))
-    ax.set_xlabel("calls already made")
-    ax.set_ylabel(f"Δ log-odds of the violating decision\n(condition − {curve['baseline'].iloc[0]})")
-    ax.legend()
+    with paper_style():
+        fig = Figure(figsize=(FULL_WIDTH / 2, 2.2 + 0.15 * len(palette)), layout="constrained")
+        ax = fig.subplots()
+        offsets = {s: (k - (len(palette) - 1) / 2) * 0.08 for k, s in enumerate(palette)}
+        for s, g in curve.groupby(series, sort=False):
+            x = g["calls_made"].astype(float) + offsets[s]
+            ax.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_low"], g["diff_high"] - g["diff"]], marker="o",
+                        markersize=3, capsize=2, linewidth=1, color=palette[s], label=s)
+        ax.axhline(0, color="black", linewidth=0.6)
+        limits = curve["limit"].dropna().unique()
+        if len(limits) == 1:
+            ax.axvline(float(limits[0]) - 0.5, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate("limit", (float(limits[0]) - 0.45, 1), xycoords=("data", "axes fraction"), va="top", fontsize=6, color="grey")
+        ax.set_xticks(sorted(curve["calls_made"].astype(float).unique()))
+        ax.set_xlabel("calls already made")
+        ax.set_ylabel(f"Δ log-odds of the violating decision\n(condition − {curve['baseline'].iloc[0]})")
+        fig.legend(loc="outside lower center", fontsize=6)  # below the axes: inside, it covers the curves
     return fig
 
 
@@ -391,9 +392,8 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
         return [Section("Propensity: the rule decision by likelihood",
                         text + f"No paired comparison: no `{BASELINE}` arm scored on the same episodes."), fmt_section, *controls]
     text += (f"Paired over episodes against `{BASELINE}`: the test is on the log-odds of P, log P - log(1 - P), "
-             f"with 95% t intervals over episodes (a percentile bootstrap of episodes from {stats.MIN_BOOTSTRAP_EPISODES} "
-             f"episodes on); p = sign-flip permutation test over episodes (two-sided, exact up to {stats.EXACT_EPISODES} "
-             "episodes), Holm-corrected over each condition's calls_made cells. Negative: the condition makes the "
+             f"with 95% {stats.MEAN_NOTE}; p = sign-flip permutation test over episodes (two-sided, exact up to "
+             f"{stats.EXACT_EPISODES} episodes), Holm-corrected over each condition's calls_made cells. Negative: the condition makes the "
              f"violating decision less likely. A cell whose P is below {NEGLIGIBLE:g} in both arms (mean over episodes) "
              "is not headlined nor drawn: the model does not write the scored string, so its shift says nothing about "
              "what the model does. " + _headline(violate))

@@ -1,13 +1,16 @@
-"""`python -m analysis.regress BASELINE_RUN CANDIDATE_RUN`: a CI gate on rule-following accuracy.
+"""`python -m analysis.regress BASELINE_RUN CANDIDATE_RUN`: a CI gate on rule-following accuracy, tested
+as the report shows it.
 
 Both runs must hold the same episodes and replicates (same scenario config and seed), so every
 candidate sample has a baseline twin. Episode ids hash the scenario's texts too, so after an edit of
 the scenario's prompts (e.g. its policy sentence) pass `--pair-by params` to pair episodes by their
-scenario name and grid parameters instead. For each condition, over all its samples and in each cell of
-the scenario grid, the gate tests whether the candidate is worse with a one-sided sign-flip
-permutation test over episodes (each episode's accuracy change over its replicates is one
-observation: replicates of an episode are not independent); p-values are corrected for the number
-of tests (Holm by default).
+scenario name and grid parameters instead. For each condition the gate tests the report's headline,
+balanced accuracy (limit and control cells weighing the same; a model that stops calling gains
+nothing by it), then limit cells and control cells each (with --cells, each cell of the scenario
+grid too): whether the candidate is worse, with a one-sided sign-flip permutation test over episodes (each
+episode's accuracy change over its replicates is one observation: replicates of an episode are not
+independent; for balanced accuracy each weighted by 1 / its kind's episodes); p-values are
+corrected for the number of tests (Holm by default).
 A drop fails the gate when its corrected p is below --alpha and the accuracy fell by at least
 --min-effect. It also prints which rendered prompts changed (prompt_sha256 per episode and
 condition), so a prompt edit shows up as such next to its effect.
@@ -48,8 +51,8 @@ class CellTest:
     episodes: int
     acc_baseline: float
     acc_candidate: float
-    drop: float  # baseline minus candidate accuracy
-    drop_low: float  # 95% interval of the drop over episodes (t below 20 episodes, else bootstrap of episodes)
+    drop: float  # baseline minus candidate accuracy (balanced accuracy in cell `balanced`)
+    drop_low: float  # 95% interval of the drop over episodes (Gaffke's bound on per-episode changes in [-1, 1])
     drop_high: float
     baseline_only_right: int
     candidate_only_right: int
@@ -125,17 +128,18 @@ def check_comparable(base: pd.DataFrame, cand: pd.DataFrame, pair_by: str = "epi
 
 
 def gate_tests(base: pd.DataFrame, cand: pd.DataFrame, conditions: list[str], *, alpha: float, min_effect: float,
-               correction: str) -> list[CellTest]:
-    """One test per condition over all its samples and per cell of the scenario grid, corrected together."""
+               correction: str, cells: bool = False) -> list[CellTest]:
+    """Per condition: balanced accuracy, limit cells, control cells (tables.cell_subsets) and with
+    cells=True each cell of the scenario grid, one test each, corrected together."""
     from statsmodels.stats.multitest import multipletests
 
-    grid = grid_columns(pd.concat([base, cand], ignore_index=True))
+    grid = grid_columns(pd.concat([base, cand], ignore_index=True)) if cells else []
     out: list[CellTest] = []
     for cond in conditions:
         p = tables.pair(base[base["condition"] == cond], cand[cand["condition"] == cond], on=KEYS)
-        for r in tables.paired_by_cell(p, grid, "pair_key"):
+        for r in tables.paired_rows(p, "pair_key", grid, pooled=False):
             drop = [0.0 - r[k] for k in ("diff", "diff_high", "diff_low")]  # 0.0 - x: no "-0.000" for no change
-            out.append(CellTest(cond, r["cell"], r["n"], r["episodes"], r["acc_a"], r["acc_b"], *drop, r["only_a"],
+            out.append(CellTest(cond, r["cells"], r["n"], r["episodes"], r["acc_a"], r["acc_b"], *drop, r["only_a"],
                                 r["only_b"], r["p_drop"]))
     raw = [t.p_drop for t in out]
     adjusted = raw if correction == "none" else multipletests(raw, alpha=alpha, method=correction)[1]
@@ -214,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-effect", type=float, default=0.05,
                         help="smallest accuracy drop (0-1) that can fail the gate (default 0.05)")
     parser.add_argument("--correction", choices=CORRECTIONS, default="holm", help="multiple-comparison correction")
+    parser.add_argument("--cells", action="store_true",
+                        help="also test each cell of the scenario grid (more tests to correct for: less power for the headline)")
     parser.add_argument("--pair-by", choices=("episode", "params"), default="episode",
                         help="pair samples by episode id (default) or by scenario name + grid parameters "
                              "(after an edit of the scenario's texts, which changes episode ids)")
@@ -228,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         base, cand = (with_pair_key(load_records([d]), args.pair_by) for d in (args.baseline, args.candidate))
         conditions, notes = check_comparable(base, cand, args.pair_by, args.allow_model_change)
         changes = prompt_changes(base, cand, conditions)
-        tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction)
+        tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction,
+                           cells=args.cells)
     except (FileNotFoundError, ValueError) as exc:  # NotComparable is a ValueError; so is an unpairable arm
         print(f"statusbench regress: cannot compare: {exc}", file=sys.stderr)
         return 2
@@ -241,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         if row.changed:
             print("\n```diff\n" + prompt_diff(args.baseline, args.candidate, row.baseline_sha, row.candidate_sha) + "\n```")
     print(f"\n## Accuracy, candidate vs baseline (one-sided sign-flip test over episodes, {args.correction} over {len(tests)} tests, "
-          f"alpha {args.alpha}, min effect {args.min_effect})\n")
+          f"alpha {args.alpha}, min effect {args.min_effect})\n\nCell `balanced`: balanced accuracy, the report's headline (limit and "
+          "control cells weighing the same); `limit` / `control`: those cells alone" + ("; then each cell of the grid" if args.cells else "")
+          + ".\n")
     print(_table(tests))
     failed = [t for t in tests if t.regression]
     if args.json:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import attention_figures, browser, propensity, rollouts, stats, tables
+from analysis import attention_figures, browser, findings, propensity, rollouts, stats, tables
 from analysis.figures import FIGURES
 from analysis.load import grid_columns, load_records, load_rollouts
 from analysis.section import Section, ci, md_table, md_text
@@ -113,8 +113,38 @@ def warnings(df: pd.DataFrame) -> list[Section]:
     return [Section("Warnings", "\n\n".join(text))]
 
 
-INTERVAL_NOTE = (f"t interval over episodes below {stats.MIN_BOOTSTRAP_EPISODES} episodes, else a percentile bootstrap "
-                 "that resamples episodes")
+CELLS_NOTE = {"balanced": "balanced (limit + control)", "limit": "limit cells", "control": "control cells",
+              "pooled": "pooled (all samples)"}
+
+
+def comparison_sections(df: pd.DataFrame) -> list[Section]:
+    """Each condition against the baseline on the same episodes, per kind of cell: balanced accuracy
+    (the headline), limit cells, control cells, and pooled accuracy."""
+    try:
+        comp = tables.comparisons(df)
+    except ValueError as exc:  # the arms cannot be paired; the rest of the report still stands
+        return [Section("Paired comparison with the baseline condition", f"Not computed: {md_text(exc)}.")]
+    if comp.empty:
+        return []
+    return [Section(
+        "Paired comparison with the baseline condition",
+        "Each condition against the baseline on the same episodes and replicates, per kind of cell: balanced accuracy "
+        "(limit and control cells weighing the same: the headline), limit cells alone, control cells alone, and pooled "
+        "accuracy (every sample weighing the same, which rewards a model that never calls on a grid of mostly limit "
+        "cells). The episode is the unit: each episode's accuracy difference (condition minus baseline, over its "
+        f"replicates), averaged over episodes, with a 95% {stats.BOUNDED_NOTE}; p = sign-flip permutation test over "
+        f"episodes (two-sided; exact, all 2^n flips, up to {stats.EXACT_EPISODES} episodes; for balanced accuracy each "
+        "episode's difference weighted by 1 / its kind's episodes).",
+        pd.DataFrame({
+            **({"run": comp["run_label"]} if df["run_label"].nunique() > 1 else {}),
+            "baseline": comp["baseline"], "condition": comp["condition"], "cells": comp["cells"].map(CELLS_NOTE),
+            "pairs": comp["n"], "episodes": comp["episodes"],
+            "acc. baseline": _num(comp["acc_a"]), "acc. condition": _num(comp["acc_b"]),
+            "difference [95% CI]": ci(comp["diff"], comp["diff_low"], comp["diff_high"], "+.2f"),
+            "baseline only right": comp["only_a"], "condition only right": comp["only_b"],
+            "p (sign-flip)": [f"{p} ({stats.flip_method(e)})" for p, e in zip(_p(comp["p_two_sided"]), comp["episodes"])],
+            "truncated baseline / condition": [f"{a} / {b}" for a, b in zip(comp["truncated_a"], comp["truncated_b"])],
+        }))]
 
 
 def thinking_sections(df: pd.DataFrame) -> list[Section]:
@@ -122,13 +152,15 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
     th = tables.thinking(df)
     unmeasured = th.loc[th["counted"] & ~th["measured"], "condition"].tolist()
     censored = int(th["censored"].sum())
-    text = ("Per sample, errors excluded, and samples cut at max_new_tokens before any call or answer (`truncated`: "
-            f"their thinking may not have ended) excluded and counted: {censored} here. Mean and median over episodes "
-            f"(each episode's mean / median over its replicates), mean with a 95% {INTERVAL_NOTE}, median with a "
-            "distribution-free order-statistic interval. Slope = OLS of thinking tokens on prompt tokens, in thinking "
-            "tokens per 1000 prompt tokens, with a 95% interval from errors clustered by episode (t, episodes - 1 "
-            "degrees of freedom); `with truncated` is the same slope with the truncated samples kept (a sensitivity "
-            "check: their counts are lower bounds).")
+    text = ("Per sample, errors excluded. Samples cut at max_new_tokens before any call or answer (`truncated`: "
+            f"their thinking may not have ended, so its count is a lower bound): {censored} here. Slope = thinking "
+            "tokens per 1000 prompt tokens from a censored (Tobit) regression on prompt tokens, in which a truncated "
+            "sample counts as thinking at least as long as it did (normal errors of one variance assumed; with no "
+            "truncated sample it is OLS); 95% interval and p from the cluster jackknife over episodes (t, episodes - 1 "
+            "degrees of freedom). `slope, truncated left out` is OLS without them: leaving them out selects on the "
+            "outcome (the long thinkers at long contexts) and flattens the slope. Mean and median over episodes of the "
+            f"samples that finished (each episode's mean / median over its replicates), mean with a 95% {stats.MEAN_NOTE}, "
+            "median with a distribution-free order-statistic interval.")
     if unmeasured:
         text += (f" **Not measured** for {', '.join(f'`{c}`' for c in dict.fromkeys(unmeasured))}: no sample thought "
                  "(0 thinking tokens throughout), which is no evidence of a flat slope.")
@@ -139,22 +171,24 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
         return [v if m or not c else "not measured" for v, m, c in zip(values, th["measured"], th["counted"])]
 
     table = pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"], "episodes": th["episodes"],
-                          "truncated (excluded)": th["censored"],
+                          "truncated (censored)": th["censored"],
                           "mean [95% CI]": shown(ci(th["mean"], th["mean_low"], th["mean_high"], ".1f")),
                           "median [95% CI]": shown(ci(th["median"], th["median_low"], th["median_high"], ".1f")),
                           "slope per 1k prompt tok [95% CI]": shown(ci(th["slope_per_1k"], th["slope_low"], th["slope_high"], ".3g")),
                           "slope p": shown(_p(th["slope_p"])),
-                          "slope with truncated": shown(_num(th["slope_with_censored_per_1k"]))})
+                          "slope, truncated left out": shown(_num(th["slope_left_out_per_1k"]))})
     out = [Section("Thinking tokens", text, table)]
     diff = tables.thinking_slope_differences(df)
     if not diff.empty:
         out.append(Section(
             "Thinking slope: each condition against the baseline",
             "The seed's claim is a difference of slopes (thinking grows with context without the status bar and stays "
-            "flat with it): condition's slope minus the baseline's, per 1000 prompt tokens, from one OLS fit over both "
-            "arms (prompt tokens x arm), 95% interval and p from errors clustered by episode; truncated samples excluded.",
+            "flat with it): condition's slope minus the baseline's, per 1000 prompt tokens, from one censored fit over both "
+            "arms (prompt tokens x arm; truncated samples as lower bounds), 95% interval and p from the cluster jackknife "
+            "over episodes (an episode seen in both arms is one cluster), t on episodes - 1 degrees of freedom.",
             pd.DataFrame({**({"run": diff["run_label"]} if df["run_label"].nunique() > 1 else {}),
                           "baseline": diff["baseline"], "condition": diff["condition"], "episodes": diff["episodes"],
+                          "truncated (censored)": diff["censored"],
                           "slope difference per 1k [95% CI]": [v if m else "not measured" for v, m in zip(
                               ci(diff["diff_per_1k"], diff["diff_low"], diff["diff_high"], "+.3g"), diff["measured"])],
                           "p": [v if m else "not measured" for v, m in zip(_p(diff["p"]), diff["measured"])]})))
@@ -165,7 +199,7 @@ def sections(df: pd.DataFrame) -> list[Section]:
     """The tables and figures of the report, in order. In a run of live rollouts every model call is a
     decision of these tables; the pairing of arms and pass^k are the rollouts' (analysis.rollouts)."""
     live = rollouts.multi_step(df)
-    out: list[Section] = warnings(df)
+    out: list[Section] = [*([] if live else findings.sections(df)), *warnings(df)]
     rates = tables.rates(df, ["run_label", "condition"])
     if df["run_label"].nunique() > 1:
         side = rates.assign(cell=ci(rates["balanced_accuracy"], rates["bal_low"], rates["bal_high"]))
@@ -174,34 +208,14 @@ def sections(df: pd.DataFrame) -> list[Section]:
                            side.pivot(index="condition", columns="run_label", values="cell").fillna("–").reset_index()))
     out.append(Section("By condition", RATES_NOTE, _rates_table(rates, _keys(df, "condition"))))
 
-    try:
-        comp = pd.DataFrame() if live else tables.comparisons(df)
-    except ValueError as exc:  # the arms cannot be paired; the rest of the report still stands
-        out.append(Section("Paired comparison with the baseline condition", f"Not computed: {md_text(exc)}."))
-        comp = pd.DataFrame()
-    if not comp.empty:
-        out.append(Section(
-            "Paired comparison with the baseline condition",
-            "Each condition against the baseline on the same episodes and replicates. The episode is the unit: each "
-            "episode's accuracy difference (condition minus baseline, over its replicates), averaged over episodes, "
-            f"with a 95% {INTERVAL_NOTE}; p = sign-flip permutation test over episodes (two-sided; exact, all 2^n flips, up "
-            f"to {stats.EXACT_EPISODES} episodes).",
-            pd.DataFrame({
-                **({"run": comp["run_label"]} if df["run_label"].nunique() > 1 else {}),
-                "baseline": comp["baseline"], "condition": comp["condition"], "pairs": comp["n"],
-                "episodes": comp["episodes"],
-                "acc. baseline": _num(comp["acc_a"]), "acc. condition": _num(comp["acc_b"]),
-                "difference [95% CI]": ci(comp["diff"], comp["diff_low"], comp["diff_high"], "+.2f"),
-                "baseline only right": comp["only_a"], "condition only right": comp["only_b"],
-                "p (sign-flip)": [f"{p} ({stats.flip_method(e)})" for p, e in zip(_p(comp["p_two_sided"]), comp["episodes"])],
-                "truncated baseline / condition": [f"{a} / {b}" for a, b in zip(comp["truncated_a"], comp["truncated_b"])],
-            })))
+    if not live:  # the steps of rollouts are not paired across arms; their rollouts are, below
+        out += comparison_sections(df)
 
     pk = tables.pass_k(df)
     ks = [c for c in pk if c.startswith("pass^") and not c.endswith(("_low", "_high"))]
     out.append(Section("pass^k over replicates", "Per rollout: see the rollout sections below.") if live else Section("pass^k over replicates",
                        "pass^k: the chance that k replicates of an episode all succeed (k = 1 is accuracy), averaged "
-                       f"over episodes, with a 95% {INTERVAL_NOTE}."
+                       f"over episodes, with a 95% {stats.BOUNDED_NOTE}."
                        + (" One replicate per episode in these runs: add `experiment.replicates=N`." if pk["replicates"].max() < 2 else ""),
                        pd.DataFrame({**{_head(k): pk[k] for k in _keys(df, "condition")}, "episodes": pk["episodes"],
                                      "replicates": pk["replicates"],

@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.load import prompt_rows
 from analysis.section import Section, ci
-from analysis.stats import Estimate, episode_means, mean_interval, pass_hat_k, proportion
+from analysis.stats import BOUNDED_NOTE, Estimate, bounded_mean, episode_means, pass_hat_k, proportion
 from analysis.style import COLUMN_WIDTH, colors, save
 from harness.context.strategy import shared_prefix
 from harness.types import canonical_json
@@ -75,7 +75,7 @@ def violations(rollouts: pd.DataFrame) -> Section:
         row = {"condition": cond, "rollouts": len(g),
                "outcomes": ", ".join(f"{k} {v}" for k, v in g["outcome"].value_counts().sort_index().items()),
                "episodes": g["episode_id"].nunique(),
-               "violations per rollout (95% CI)": _est(mean_interval(episode_means(g["violations"].to_numpy(float), episodes))),
+               **violation_measures(g, int(rollouts["steps"].max())),
                "rollouts with a violation (95% CI)": _est(proportion((g["violations"] > 0).to_numpy(float), episodes)),
                "mean steps": f"{g['steps'].mean():.1f}", "mean turns": f"{g['turns'].mean():.1f}"}
         for k in list(ks)[:3]:
@@ -85,9 +85,25 @@ def violations(rollouts: pd.DataFrame) -> Section:
                    "A violation is a step labelled `violated` by the family's grader (a call to the target once the "
                    "limit was reached; loop_guard: a page read again; failure_streak: a retry at or past 3 failures; "
                    "todo_state: a step named that the live list does not hold there). "
-                   "The episode is the unit: intervals over episodes (violations: each episode's mean, t or "
-                   "bootstrap; share: Korn-Graubard). pass^k: the chance that k replicates of an episode all end "
-                   "without a violation, averaged over episodes.", pd.DataFrame(rows))
+                   "A rollout stops at the step limit, which caps its violations: violations per step (each rollout's "
+                   "violations over its steps) is not capped, and the rollouts stopped by the limit are counted (their "
+                   "violations per rollout are a floor, marked AT THE CAP where every rollout of the arm stopped there). "
+                   f"The episode is the unit: intervals over episodes (violations: each episode's mean, {BOUNDED_NOTE}, "
+                   "on [0, the most steps any rollout took] per rollout and [0, 1] per step; share: Korn-Graubard). "
+                   "pass^k: the chance that k replicates of an episode all end without a violation, averaged over "
+                   "episodes.", pd.DataFrame(rows))
+
+
+def violation_measures(g: pd.DataFrame, most_steps: int) -> dict[str, str]:
+    """One arm's violations per rollout (bounded by `most_steps`, the most steps any rollout took) and per
+    step (not capped by the step limit), each over episodes, and its rollouts stopped at the step limit."""
+    episodes = g["episode_id"].to_numpy()
+    per_rollout = bounded_mean(episode_means(g["violations"].to_numpy(float), episodes), 0.0, float(most_steps))
+    per_step = bounded_mean(episode_means((g["violations"] / g["steps"].clip(lower=1)).to_numpy(float), episodes), 0.0, 1.0)
+    stopped = int((g["outcome"] == "step_limit").sum())
+    at_cap = " AT THE CAP (every rollout stopped at the step limit: a floor)" if stopped == len(g) else ""
+    return {"violations per rollout (95% CI)": _est(per_rollout) + at_cap, "violations per step (95% CI)": _est(per_step),
+            "stopped at the step limit": f"{stopped} of {len(g)}"}
 
 
 def kaplan_meier(rollouts: pd.DataFrame) -> pd.DataFrame:

@@ -2,17 +2,27 @@
 
 The episode is the unit of evidence. Replicates of one episode share its prompt, so they are not
 independent draws: every interval and test here takes each sample's episode and works over episodes.
+Every interval below was checked for its coverage (or its test for its level) by `analysis.simulate`
+on runs whose truth was built, at 4 to 32 episodes (tests/test_inference_sim.py).
 
 - proportions: Korn-Graubard intervals (Clopper-Pearson on the effective sample size: the samples
   divided by the design effect the episodes show, with episodes - 1 degrees of freedom);
 - balanced accuracy: the mean of the per-class (limit cells, control cells) accuracies;
-- means of episode-level values (a paired difference, pass^k, log-odds, shares): a t interval below
-  MIN_BOOTSTRAP_EPISODES episodes, a percentile bootstrap over episodes from there on;
+- means of bounded episode-level values (a paired accuracy difference in [-1, 1], pass^k in [0, 1],
+  violations per step): Gaffke's bound (`bounded_mean`), which cannot leave the range, is never
+  zero-width, and needs no assumption past the range: at 4 episodes that all say +1 it gives
+  [-0.2, +1], since a mean below -0.2 makes four +1 in a row rarer than 1 in 40;
+- means of other values (thinking tokens, attention shares, log-odds): a bootstrap-t interval over
+  episodes (`mean_interval`), clipped to what is possible, and no interval at all (NaN) when every
+  episode shows the same value. No interval covers the mean of a long-tailed value at a few
+  episodes: `analysis.simulate` measures how near this one comes;
 - two arms on the same episodes: the per-episode difference, with an exact sign-flip permutation
   test over episodes (Monte Carlo above EXACT_EPISODES episodes);
 - pass^k: the chance that k replicates of one episode all succeed (tau-bench's estimator);
-- growth: the OLS slope of thinking tokens against prompt tokens with episode-clustered errors,
-  and the difference of two arms' slopes (their interaction) the same way.
+- growth: the slope of thinking tokens against prompt tokens, censored (Tobit) where a sample was cut
+  at the token limit (its count is a lower bound), and the difference of two arms' slopes (their
+  interaction), with cluster-jackknife (CR3) errors over episodes and t on episodes - 1 degrees of
+  freedom, which hold their level at 6 episodes where the usual clustered errors reject twice too often.
 """
 from __future__ import annotations
 
@@ -22,13 +32,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
-from scipy.special import comb
+from scipy.special import comb, log_ndtr
 
 BOOTSTRAP_RESAMPLES = 2000
-MIN_BOOTSTRAP_EPISODES = 20  # below: t intervals; a percentile bootstrap over few episodes is too narrow
+MIN_BOOTSTRAP_EPISODES = 4  # below: t intervals; the bootstrap-t needs resamples that differ
 EXACT_EPISODES = 16  # sign-flip tests enumerate all 2^n flips up to here
 MONTE_CARLO_FLIPS = 9999
+BOUND_DRAWS = 1_000_000  # a Gaffke bound over n episodes draws BOUND_DRAWS / (n + 1) weightings (at least 1000): its
+# Monte Carlo error about 0.003 whatever n (the spread of the mean shrinks as the weightings do)
 NAN3 = (math.nan, math.nan, math.nan)
+# how the report names each interval
+BOUNDED_NOTE = ("Gaffke interval over episodes (it assumes nothing but the values' range, cannot leave it and is "
+                "never zero-width)")
+MEAN_NOTE = f"bootstrap-t interval over episodes (t below {MIN_BOOTSTRAP_EPISODES} episodes), clipped to the possible range"
 
 
 @dataclass
@@ -90,25 +106,93 @@ def balanced(*classes: Estimate) -> Estimate:
     return Estimate(est, max(0.0, est - down), min(1.0, est + up), sum(c.episodes for c in present))
 
 
-def mean_interval(values: np.ndarray, *, confidence: float = 0.95, n_resamples: int = BOOTSTRAP_RESAMPLES,
-                  seed: int = 0) -> Estimate:
-    """Mean of one value per episode (NaNs dropped): t interval below MIN_BOOTSTRAP_EPISODES, else a
-    percentile bootstrap over episodes."""
+def bootstrap_t_bounds(x: np.ndarray, *, confidence: float = 0.95, n_resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Studentized (bootstrap-t) bounds on the mean of each row of x ([runs, episodes], no NaN, some
+    spread): the episodes resampled, each resample's t statistic, its quantiles in place of Student's
+    t's. It follows a skewed distribution (thinking counts, attention shares) where the t interval
+    is too short on the long side; a resample with no spread gives an infinite t, kept as such."""
+    x = np.atleast_2d(np.asarray(x, float))
+    n = x.shape[1]
+    mean, se = x.mean(axis=1), x.std(axis=1, ddof=1) / math.sqrt(n)
+    draws = x[:, np.random.default_rng(seed).integers(0, n, (n_resamples, n))]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (draws.mean(axis=2) - mean[:, None]) / (draws.std(axis=2, ddof=1) / math.sqrt(n))
+    t = np.where(np.isnan(t), 0.0, t)  # a resample with no spread and the sample's own mean
+    tail = (1 - confidence) / 2
+    # the order statistics outward, not interpolated: between two infinite t's that would be NaN
+    return (mean - np.quantile(t, 1 - tail, axis=1, method="higher") * se,
+            mean - np.quantile(t, tail, axis=1, method="lower") * se)
+
+
+def mean_interval(values: np.ndarray, *, within: tuple[float, float] = (-math.inf, math.inf), confidence: float = 0.95,
+                  n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> Estimate:
+    """Mean of one value per episode (NaNs dropped), for values without two known bounds: a bootstrap-t
+    interval over episodes (a t interval below MIN_BOOTSTRAP_EPISODES, where too few resamples differ),
+    clipped to `within` (what the value can be: a count is >= 0, a share in [0, 1]). No interval (NaN
+    bounds) from one episode or when every episode shows the same value: no spread is seen, so none
+    can be estimated. Values with two known bounds whose extremes occur (0/1 outcomes, pass^k) take
+    `bounded_mean`."""
     x = np.asarray(values, float)
     x = x[~np.isnan(x)]
     if len(x) == 0:
         return Estimate(*NAN3, 0)
     est = float(x.mean())
+    if len(x) == 1 or np.ptp(x) == 0:
+        return Estimate(est, math.nan, math.nan, len(x))
+    if len(x) < MIN_BOOTSTRAP_EPISODES:
+        low, high = sps.ttest_1samp(x, 0.0).confidence_interval(confidence)
+    else:
+        low, high = (float(b[0]) for b in bootstrap_t_bounds(x, confidence=confidence, n_resamples=n_resamples, seed=seed))
+    return Estimate(est, float(np.clip(low, *within)), float(np.clip(high, *within)), len(x))
+
+
+def gaffke_bounds(x: np.ndarray, low: float, high: float, *, strata: np.ndarray | None = None, confidence: float = 0.95,
+                  draws: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper confidence bounds for each row of x ([runs, episodes], no NaN) on the mean of
+    values known to lie in [low, high]: Gaffke's bound, the quantiles of the sample mean reweighted by
+    Dirichlet(1, ..., 1) weights over the episodes plus one more point at the bound on that side
+    (Gaffke 2005; Learned-Miller & Thomas 2019). The extra point is what keeps the bound honest where
+    the sample shows no spread. With `strata` (a code per column) the mean is the mean of the strata's
+    means (balanced accuracy), each stratum reweighted on its own with its own extra point. `draws`
+    weightings (default: BOUND_DRAWS / (episodes + 1), at least 1000)."""
+    x = np.atleast_2d(np.asarray(x, float))
+    codes = np.zeros(x.shape[1], int) if strata is None else pd.factorize(pd.Series(strata), sort=True)[0]
+    k = codes.max() + 1
+    draws = draws or max(1000, BOUND_DRAWS // (x.shape[1] + 1))
+    tail = (1 - confidence) / 2
+    bounds = np.empty((2, len(x)))
+    for r, row in enumerate(x):
+        rng = np.random.default_rng(seed)
+        lows, highs = np.zeros(draws), np.zeros(draws)
+        for s in range(k):
+            # episodes of one value share one Gamma(count) weight: the same Dirichlet, drawn over the
+            # few values 0/1 outcomes take instead of over every episode
+            values, counts = np.unique(row[codes == s], return_counts=True)
+            w = rng.standard_gamma(np.append(counts, 1.0), size=(draws, len(values) + 1))
+            w /= w.sum(axis=1, keepdims=True)
+            base = w[:, :-1] @ values
+            lows += (base + low * w[:, -1]) / k
+            highs += (base + high * w[:, -1]) / k
+        bounds[:, r] = np.quantile(lows, tail), np.quantile(highs, 1 - tail)
+    # a weighted mean of values in [low, high] stays there; the clip only removes rounding past it
+    return np.clip(bounds[0], low, high), np.clip(bounds[1], low, high)
+
+
+def bounded_mean(values: np.ndarray, low: float, high: float, *, strata: np.ndarray | None = None,
+                 confidence: float = 0.95, seed: int = 0, draws: int | None = None) -> Estimate:
+    """Mean of one value per episode, each known to lie in [low, high] (NaNs dropped), with Gaffke's
+    bounds (`gaffke_bounds`); with `strata`, the mean of the strata's means. No interval from one episode."""
+    x = np.asarray(values, float)
+    keep = ~np.isnan(x)
+    x, strata = x[keep], None if strata is None else np.asarray(strata)[keep]
+    if len(x) == 0:
+        return Estimate(*NAN3, 0)
+    est = float(x.mean() if strata is None else pd.Series(x).groupby(strata).mean().mean())
     if len(x) == 1:
         return Estimate(est, math.nan, math.nan, 1)
-    if np.ptp(x) == 0:  # every episode says the same: no spread to estimate
-        return Estimate(est, est, est, len(x))
-    if len(x) < MIN_BOOTSTRAP_EPISODES:
-        ci = sps.ttest_1samp(x, 0.0).confidence_interval(confidence)
-    else:
-        ci = sps.bootstrap((x,), np.mean, vectorized=True, n_resamples=n_resamples, confidence_level=confidence,
-                           method="percentile", rng=np.random.default_rng(seed)).confidence_interval
-    return Estimate(est, float(ci.low), float(ci.high), len(x))
+    lo, hi = gaffke_bounds(x, low, high, strata=strata, confidence=confidence, seed=seed, draws=draws)
+    return Estimate(est, float(lo[0]), float(hi[0]), len(x))
 
 
 def sign_flip(d: np.ndarray, alternative: str = "two-sided", seed: int = 0, flips: int | None = None) -> float:
@@ -142,14 +226,19 @@ class Paired:
     only_b: int  # samples: A wrong, B right
     p_two_sided: float
     p_drop: float  # one-sided: B worse than A
-    diff: float  # acc_b - acc_a, each episode weighted equally
+    diff: float  # acc_b - acc_a, each episode weighted equally (each stratum, with strata)
     diff_low: float
     diff_high: float
 
 
-def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, confidence: float = 0.95, seed: int = 0,
-           flips: int | None = None) -> Paired:
-    """a, b: outcomes (0/1 or numbers) of the two arms on the same samples; clusters: each pair's episode."""
+def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, strata: np.ndarray | None = None,
+           confidence: float = 0.95, seed: int = 0, flips: int | None = None, draws: int | None = None) -> Paired:
+    """a, b: 0/1 outcomes of the two arms on the same samples; clusters: each pair's episode. The
+    per-episode difference lies in [-1, 1]: its mean gets Gaffke's bounds. With `strata` (each
+    sample's class, e.g. limit or control cell; an episode is in one) every stratum weighs the same
+    (balanced accuracy): the accuracies and the difference are means of the strata's, and the sign-flip
+    test flips each episode's difference weighted by 1 / its stratum's episodes. flips and draws: the
+    Monte Carlo sizes of the test and the bound (default: the module's)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) != len(b) or len(a) != len(clusters):
         raise ValueError(f"paired arms need equal lengths, got {len(a)}, {len(b)}, {len(clusters)} clusters")
@@ -157,19 +246,30 @@ def paired(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, confidence: fl
         return Paired(0, 0, math.nan, math.nan, 0, 0, 1.0, 1.0, *NAN3)
     ea, eb = episode_means(a, clusters), episode_means(b, clusters)
     d = eb - ea
-    diff = mean_interval(d, confidence=confidence, seed=seed)
-    return Paired(len(a), len(d), float(ea.mean()), float(eb.mean()), int(((a > 0) & (b <= 0)).sum()),
-                  int(((a <= 0) & (b > 0)).sum()), sign_flip(d, "two-sided", seed, flips), sign_flip(d, "less", seed, flips),
+    if strata is None:
+        per_episode, weight = None, np.ones(len(d))
+    else:
+        per_episode = pd.Series(np.asarray(strata)).groupby(pd.factorize(pd.Series(np.asarray(clusters)), sort=False)[0])
+        if (per_episode.nunique() > 1).any():
+            raise ValueError("an episode lies in two strata: strata must be constant within an episode")
+        per_episode = per_episode.first().to_numpy()
+        sizes = pd.Series(per_episode).map(pd.Series(per_episode).value_counts()).to_numpy(float)
+        weight = len(d) / (sizes * len(set(per_episode.tolist())))  # mean(weight * d) = the mean of the strata's means
+    diff = bounded_mean(d, -1.0, 1.0, strata=per_episode, confidence=confidence, seed=seed, draws=draws)
+    acc = [float(np.mean(weight * e)) for e in (ea, eb)]
+    return Paired(len(a), len(d), *acc, int(((a > 0) & (b <= 0)).sum()), int(((a <= 0) & (b > 0)).sum()),
+                  sign_flip(weight * d, "two-sided", seed, flips), sign_flip(weight * d, "less", seed, flips),
                   diff.est, diff.low, diff.high)
 
 
 def pass_hat_k(successes: np.ndarray, trials: np.ndarray, k: int, confidence: float = 0.95) -> Estimate:
     """Mean over episodes of C(c, k) / C(n, k): the chance that k replicates drawn without replacement
-    all succeed, with its interval over episodes. NaN when an episode has fewer than k replicates."""
+    all succeed, with Gaffke's bounds over episodes (each value in [0, 1]). NaN when an episode has
+    fewer than k replicates."""
     c, n = np.asarray(successes), np.asarray(trials)
     if len(n) == 0 or k < 1 or (n < k).any():
         return Estimate(*NAN3, len(n))
-    return mean_interval(comb(c, k, exact=False) / comb(n, k, exact=False), confidence=confidence)
+    return bounded_mean(comb(c, k, exact=False) / comb(n, k, exact=False), 0.0, 1.0, confidence=confidence)
 
 
 def median_interval(values: np.ndarray, confidence: float = 0.95) -> Estimate:
@@ -198,48 +298,144 @@ def nan_slope(n: int, episodes: int) -> Slope:
     return Slope(math.nan, math.nan, math.nan, math.nan, math.nan, n, episodes)
 
 
-def _clustered_fit(y: np.ndarray, design: np.ndarray, clusters: np.ndarray):
-    """OLS with episode-clustered standard errors and t(episodes - 1) intervals."""
-    import statsmodels.api as sm
-
-    codes = pd.factorize(pd.Series(clusters), sort=False)[0]
-    return sm.OLS(y, design).fit(cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
+def _design_ok(design: np.ndarray, keep: np.ndarray) -> bool:
+    return np.linalg.matrix_rank(design[keep]) == design.shape[1]
 
 
-def ols_slope(x: np.ndarray, y: np.ndarray, clusters: np.ndarray | None = None, *, confidence: float = 0.95) -> Slope:
-    """OLS of y on x (with intercept): the slope, its interval and p-value, standard errors clustered
-    by episode (each sample its own episode when clusters is None). NaN when x does not vary or
-    fewer than 3 samples or 2 episodes remain."""
-    import statsmodels.api as sm
+def _tobit_ll(theta: np.ndarray, design: np.ndarray, y: np.ndarray, cut: np.ndarray, mask: np.ndarray):
+    """Log-likelihood of a Tobit model right-censored at y where `cut`, in Olsen's parameters
+    theta = (beta / sigma, 1 / sigma), in which it is concave; one row of theta per row of mask (the
+    samples that count: a leave-one-episode-out fit drops an episode's). Also (the linear index
+    x gamma - h y per sample, its log normal CDF) for the derivatives."""
+    gamma, h = theta[:, :-1], theta[:, -1:]
+    lin = gamma @ design.T - h * y  # [rows, samples]
+    log_cdf = log_ndtr(lin)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a trial step past 1 / sigma = 0 is refused, not an error
+        ll = (mask * np.where(cut, log_cdf, np.log(h) - 0.5 * lin**2)).sum(axis=1)
+    return np.where(np.isfinite(ll), ll, -np.inf), lin, log_cdf
 
+
+def _tobit_derivatives(theta: np.ndarray, design: np.ndarray, y: np.ndarray, cut: np.ndarray, mask: np.ndarray):
+    """(log-likelihood, gradient, Hessian) of `_tobit_ll`, per row."""
+    ll, lin, log_cdf = _tobit_ll(theta, design, y, cut, mask)
+    h = theta[:, -1]
+    v = np.column_stack([design, -y])  # the derivatives of the linear index
+    mills = np.exp(-0.5 * lin**2 - 0.5 * math.log(2 * math.pi) - log_cdf)
+    a = np.where(cut, mills, -lin)  # gradient weight on v per sample
+    b = np.where(cut, mills * (lin + mills), 1.0)  # Hessian weight on v v' per sample
+    exact = (mask * ~cut).sum(axis=1)
+    grad = (mask * a) @ v
+    grad[:, -1] += exact / h
+    hess = -np.einsum("rn,ni,nj->rij", mask * b, v, v)
+    hess[:, -1, -1] -= exact / h**2
+    return ll, grad, hess
+
+
+def _tobit(theta: np.ndarray, design: np.ndarray, y: np.ndarray, cut: np.ndarray, mask: np.ndarray,
+           steps: int = 100) -> np.ndarray:
+    """Newton's method with step halving, one fit per row of theta and mask; NaN rows where it does
+    not converge."""
+    done = np.zeros(len(theta), bool)
+    for _ in range(steps):
+        ll, grad, hess = _tobit_derivatives(theta, design, y, cut, mask)
+        step = np.linalg.solve(hess, grad[..., None])[..., 0]
+        scale = np.ones((len(theta), 1))
+        for _ in range(40):  # halve until the likelihood does not fall (a step past 1 / sigma = 0 makes it -inf)
+            trial = theta - scale * step
+            worse = _tobit_ll(trial, design, y, cut, mask)[0] < ll - 1e-12 * np.abs(ll)
+            if not worse.any():
+                break
+            scale[worse] /= 2
+        done |= np.abs(scale * step).max(axis=1) < 1e-9 * (1 + np.abs(theta).max(axis=1))
+        theta = trial
+        if done.all():
+            return theta
+    return np.where(done[:, None], theta, math.nan)
+
+
+def _fits(y: np.ndarray, design: np.ndarray, cut: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Coefficients of one fit per row of masks (the first: every sample): least squares when no
+    sample is cut, else Tobit, the first fit from the least-squares start and the others from it."""
+    if not cut.any():
+        gram = np.einsum("rn,ni,nj->rij", masks, design, design)
+        return np.linalg.solve(gram, ((masks * y) @ design)[..., None])[..., 0]
+    scale_y = np.std(y) or 1.0  # in units where y and each column are of order 1
+    scale_x = np.where(np.ptp(design, axis=0) > 0, np.std(design, axis=0), 1.0)
+    z, yz = design / scale_x, y / scale_y
+    beta = np.linalg.lstsq(z, yz, rcond=None)[0]
+    sigma = max(float(np.std(yz - z @ beta)), 1e-3)
+    full = _tobit(np.append(beta / sigma, 1 / sigma)[None], z, yz, cut, masks[:1])
+    thetas = np.vstack([full, _tobit(np.repeat(full, len(masks) - 1, axis=0), z, yz, cut, masks[1:])])
+    return thetas[:, :-1] / thetas[:, -1:] * scale_y / scale_x
+
+
+def censored_fit(y: np.ndarray, design: np.ndarray, clusters: np.ndarray, cut: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(coefficients, their covariance, episodes) of y on design (a constant column included): OLS
+    when no sample is cut, else a Tobit fit in which a cut sample's y is a lower bound (right-censored
+    there; normal errors of one variance assumed). The covariance is the cluster jackknife (CR3): the
+    spread of the fits that leave one episode out, times (G - 1) / G, which holds its level at few
+    episodes where the sandwich (CR1) is too small. NaN coefficients when the uncut samples do not
+    pin every coefficient (the Tobit likelihood has no maximum then); NaN covariance when that
+    happens with an episode left out."""
+    y, design = np.asarray(y, float), np.asarray(design, float)
+    cut = np.zeros(len(y), bool) if cut is None else np.asarray(cut, bool)
+    codes = pd.factorize(pd.Series(np.asarray(clusters)), sort=False)[0]
+    episodes = int(codes.max()) + 1
+    masks = np.vstack([np.ones(len(y))] + [(codes != g).astype(float) for g in range(episodes)])
+    ok = [_design_ok(design, (m > 0) & ~cut) for m in masks]
+    nan = np.full((design.shape[1],) * 2, math.nan)
+    if not ok[0]:
+        return np.full(design.shape[1], math.nan), nan, episodes
+    if not all(ok):
+        return _fits(y, design, cut, masks[:1])[0], nan, episodes
+    fits = _fits(y, design, cut, masks)
+    coef, dev = fits[0], fits[1:] - fits[0]
+    return coef, (episodes - 1) / episodes * dev.T @ dev, episodes
+
+
+def _slope(coef: np.ndarray, cov: np.ndarray, j: int, intercept: float, n: int, episodes: int, confidence: float) -> Slope:
+    """Slope j of a censored_fit with its t interval and p on episodes - 1 degrees of freedom."""
+    se, df = math.sqrt(cov[j, j]) if cov[j, j] >= 0 else math.nan, episodes - 1
+    if se == 0:  # an exact line: every episode's fit agrees
+        return Slope(float(coef[j]), float(coef[j]), float(coef[j]), intercept, 0.0 if coef[j] else 1.0, n, episodes)
+    half = sps.t.ppf(0.5 + confidence / 2, df) * se
+    return Slope(float(coef[j]), float(coef[j] - half), float(coef[j] + half), intercept,
+                 float(2 * sps.t.sf(abs(coef[j]) / se, df)), n, episodes)
+
+
+def _complete(x: np.ndarray, y: np.ndarray, clusters, cut, *more):
     x, y = np.asarray(x, float), np.asarray(y, float)
-    clusters = np.arange(len(x)) if clusters is None else np.asarray(clusters)
     keep = ~(np.isnan(x) | np.isnan(y))
-    x, y, clusters = x[keep], y[keep], clusters[keep]
+    cut = np.zeros(len(x), bool) if cut is None else np.asarray(cut, bool)
+    clusters = np.arange(len(x)) if clusters is None else np.asarray(clusters)
+    return (v[keep] for v in (x, y, clusters, cut, *(np.asarray(m) for m in more)))
+
+
+def fit_slope(x: np.ndarray, y: np.ndarray, clusters: np.ndarray | None = None, *, cut: np.ndarray | None = None,
+              confidence: float = 0.95) -> Slope:
+    """Slope of y on x (with intercept): OLS, or Tobit where `cut` marks samples whose y is a lower
+    bound (a completion cut at the token limit before its thinking ended); interval and p from the
+    cluster jackknife over episodes (each sample its own episode when clusters is None), t on
+    episodes - 1 degrees of freedom. NaN when x does not vary, fewer than 3 samples or 2 episodes
+    remain, or no sample is uncut."""
+    x, y, clusters, cut = _complete(x, y, clusters, cut)
     episodes = len(set(clusters.tolist()))
-    if len(x) < 3 or episodes < 2 or np.ptp(x) == 0:
+    if len(x) < 3 or episodes < 2 or np.ptp(x) == 0 or cut.all():
         return nan_slope(len(x), episodes)
-    if np.ptp(y) == 0:  # a perfectly flat line has no error to estimate
-        return Slope(0.0, 0.0, 0.0, float(y[0]), 1.0, len(x), episodes)
-    fit = _clustered_fit(y, sm.add_constant(x), clusters)
-    low, high = fit.conf_int(alpha=1 - confidence)[1]
-    return Slope(float(fit.params[1]), float(low), float(high), float(fit.params[0]), float(fit.pvalues[1]), len(x), episodes)
+    coef, cov, episodes = censored_fit(y, np.column_stack([np.ones_like(x), x]), clusters, cut)
+    return _slope(coef, cov, 1, float(coef[0]), len(x), episodes, confidence)
 
 
 def slope_difference(x: np.ndarray, y: np.ndarray, arm: np.ndarray, clusters: np.ndarray, *,
-                     confidence: float = 0.95) -> Slope:
-    """Slope of arm 1 minus slope of arm 0 (arm: 0/1 per sample): the x-by-arm interaction of one OLS
-    fit, errors clustered by episode (an episode seen in both arms is one cluster)."""
-    x, y, arm = (np.asarray(v, float) for v in (x, y, arm))
-    clusters = np.asarray(clusters)
-    keep = ~(np.isnan(x) | np.isnan(y))
-    x, y, arm, clusters = x[keep], y[keep], arm[keep], clusters[keep]
+                     cut: np.ndarray | None = None, confidence: float = 0.95) -> Slope:
+    """Slope of arm 1 minus slope of arm 0 (arm: 0/1 per sample): the x-by-arm interaction of one fit
+    (`fit_slope`'s: Tobit where samples are cut), cluster jackknife over episodes (an episode seen in
+    both arms is one cluster). `intercept` holds the arms' difference at x = 0."""
+    x, y, clusters, cut, arm = _complete(x, y, clusters, cut, arm)
+    arm = arm.astype(float)
     episodes = len(set(clusters.tolist()))
-    if episodes < 3 or any(np.ptp(x[arm == g]) == 0 if (arm == g).any() else True for g in (0, 1)):
+    if episodes < 3 or cut.all() or any(np.ptp(x[arm == g]) == 0 if (arm == g).any() else True for g in (0, 1)):
         return nan_slope(len(x), episodes)
-    design = np.column_stack([np.ones_like(x), x, arm, x * arm])
-    if np.ptp(y) == 0:
-        return Slope(0.0, 0.0, 0.0, 0.0, 1.0, len(x), episodes)
-    fit = _clustered_fit(y, design, clusters)
-    low, high = fit.conf_int(alpha=1 - confidence)[3]
-    return Slope(float(fit.params[3]), float(low), float(high), float(fit.params[2]), float(fit.pvalues[3]), len(x), episodes)
+    coef, cov, episodes = censored_fit(y, np.column_stack([np.ones_like(x), x, arm, x * arm]), clusters, cut)
+    return _slope(coef, cov, 3, float(coef[2]), len(x), episodes, confidence)

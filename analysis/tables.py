@@ -99,32 +99,48 @@ def cell_name(columns: list[str], values: tuple, sep: str = ", ") -> str:
     return sep.join(f"{c.removeprefix('params.')}={v}" for c, v in zip(columns, values)) or "all"
 
 
-def paired_by_cell(p: pd.DataFrame, grid: list[str], cluster: str) -> list[dict]:
-    """stats.paired over all pairs (cell `all`) and within each cell of the grid; p comes from `pair`,
-    `cluster` names its episode column (the unit of the interval and the sign-flip test)."""
-    groups = [("all", p)] + ([(cell_name(grid, key), g) for key, g in p.groupby([f"{c}_a" for c in grid], sort=True)]
-                             if grid else [])
-    return [{"cell": cell, **vars(stats.paired(g["correct_a"].to_numpy(), g["correct_b"].to_numpy(), g[cluster].to_numpy()))}
-            for cell, g in groups]
+KINDS = {"limit": "refused", "control": "complied"}  # kind of cell -> what its episodes expect
+
+
+def cell_subsets(p: pd.DataFrame, grid: list[str] = (), *, pooled: bool = True) -> list[tuple[str, pd.DataFrame, bool]]:
+    """(name, pairs, balanced) for each way the report cuts a paired comparison: `balanced` (limit and
+    control cells weighing the same: the headline; only when both kinds are present), `limit`,
+    `control`, `pooled` (every sample weighing the same, where a model that never calls scores well
+    on a grid of mostly limit cells) when pooled=True, then each cell of `grid` (all limit or all
+    control episodes). p comes from `pair`."""
+    kinds = {kind: p[p["expected_a"] == expected] for kind, expected in KINDS.items()}
+    out = [("balanced", p, True)] if all(len(g) for g in kinds.values()) else []
+    out += [(kind, g, False) for kind, g in kinds.items() if len(g)]
+    out += [("pooled", p, False)] if pooled else []
+    if grid:
+        out += [(cell_name(grid, key if isinstance(key, tuple) else (key,)), g, False)
+                for key, g in p.groupby([f"{c}_a" for c in grid], sort=True)]
+    return out
+
+
+def paired_rows(p: pd.DataFrame, cluster: str, grid: list[str] = (), *, pooled: bool = True) -> list[dict]:
+    """stats.paired over each of `cell_subsets` (`cells` names it), with the truncated samples of each
+    arm among its pairs; `cluster` names p's episode column (the unit of the interval and the test)."""
+    return [{"cells": name, **vars(stats.paired(g["correct_a"].to_numpy(), g["correct_b"].to_numpy(), g[cluster].to_numpy(),
+                                                strata=g["expected_a"].to_numpy() if balanced else None)),
+             "truncated_a": int((g["label_a"] == "truncated").sum()), "truncated_b": int((g["label_b"] == "truncated").sum())}
+            for name, g, balanced in cell_subsets(p, grid, pooled=pooled)]
 
 
 def comparisons(df: pd.DataFrame, baseline: str | None = None, *, cells: bool = False) -> pd.DataFrame:
-    """Every condition against the baseline condition (default `none`), paired within each run;
-    with cells=True also within each cell of the scenario grid."""
+    """Every condition against the baseline condition (default `none`), paired within each run: one
+    row per kind of cell (`cell_subsets`: balanced, limit, control, pooled), with cells=True also
+    one per cell of the scenario grid."""
     baseline = baseline or baseline_condition(df)
     grid = grid_columns(df) if cells else []
     rows = []
     for key, g in _groups(df, ["run_label"]):
         base = g[g["condition"] == baseline]
         for cond in dict.fromkeys(g["condition"]):
-            if cond == baseline:
-                continue
-            p = pair(base, g[g["condition"] == cond])
-            cut = {"truncated_a": int((p["label_a"] == "truncated").sum()), "truncated_b": int((p["label_b"] == "truncated").sum())}
-            rows += [{**key, "baseline": baseline, "condition": cond, **r, **(cut if r["cell"] == "all" else {})}
-                     for r in paired_by_cell(p, grid, "episode_id")]
-    out = pd.DataFrame(rows)
-    return out if cells else out.drop(columns="cell", errors="ignore")
+            if cond != baseline:
+                rows += [{**key, "baseline": baseline, "condition": cond, **r}
+                         for r in paired_rows(pair(base, g[g["condition"] == cond]), "episode_id", grid)]
+    return pd.DataFrame(rows)
 
 
 def pass_k(df: pd.DataFrame) -> pd.DataFrame:
@@ -153,45 +169,46 @@ def thinks(g: pd.DataFrame) -> bool:
 
 
 THINKING_COLUMNS = ("mean", "mean_low", "mean_high", "median", "median_low", "median_high", "slope_per_1k",
-                    "slope_low", "slope_high", "slope_p", "slope_with_censored_per_1k")
+                    "slope_low", "slope_high", "slope_p", "slope_left_out_per_1k")
 
 
 def thinking(df: pd.DataFrame) -> pd.DataFrame:
-    """Thinking tokens per run and condition, errors and censored (truncated) samples excluded and
-    counted: mean and median over episodes with intervals, and the slope against prompt tokens (per
-    1000 prompt tokens, errors clustered by episode), beside the slope with the censored samples
-    kept (a sensitivity check). A group whose model never thinks is `measured` False, all NaN;
-    `counted` is False where no record has a thinking count (unknown, not 0)."""
+    """Thinking tokens per run and condition, errors excluded. The slope against prompt tokens (per
+    1000 prompt tokens) is a censored (Tobit) fit in which a truncated sample's count is a lower bound,
+    its interval from the cluster jackknife over episodes; beside it the slope with the truncated
+    samples left out (what that selection on the outcome gives: too flat). Mean and median over
+    episodes use the samples that finished (`n_finished`). A group whose model never thinks is
+    `measured` False, all NaN; `counted` is False where no record has a thinking count (unknown, not 0)."""
     rows = []
     for key, g in _groups(df, ["run_label", "condition"]):
         ok = g[(g["label"] != "error") & g["thinking_tokens"].notna()]
         cut = censored_thinking(ok)
         kept = ok[~cut]
         measured = thinks(ok)
-        row = {**key, "measured": measured, "counted": len(ok) > 0, "n": len(kept), "censored": int(cut.sum()),
-               "episodes": kept["episode_id"].nunique(), **dict.fromkeys(THINKING_COLUMNS, math.nan)}
+        row = {**key, "measured": measured, "counted": len(ok) > 0, "n": len(ok), "censored": int(cut.sum()),
+               "n_finished": len(kept), "episodes": ok["episode_id"].nunique(), **dict.fromkeys(THINKING_COLUMNS, math.nan)}
         if measured:
             per_episode = kept.groupby("episode_id", sort=False)["thinking_tokens"]
-            mean, med = stats.mean_interval(per_episode.mean().to_numpy()), stats.median_interval(per_episode.median().to_numpy())
-            slope = stats.ols_slope(kept["prompt_tokens"], kept["thinking_tokens"], kept["episode_id"].to_numpy())
-            with_cut = stats.ols_slope(ok["prompt_tokens"], ok["thinking_tokens"], ok["episode_id"].to_numpy())
+            mean = stats.mean_interval(per_episode.mean().to_numpy(), within=(0, math.inf))
+            med = stats.median_interval(per_episode.median().to_numpy())
+            slope = stats.fit_slope(ok["prompt_tokens"], ok["thinking_tokens"], ok["episode_id"].to_numpy(), cut=cut.to_numpy())
+            left_out = stats.fit_slope(kept["prompt_tokens"], kept["thinking_tokens"], kept["episode_id"].to_numpy())
             row |= {"mean": mean.est, "mean_low": mean.low, "mean_high": mean.high,
                     "median": med.est, "median_low": med.low, "median_high": med.high,
                     "slope_per_1k": slope.slope * 1000, "slope_low": slope.low * 1000, "slope_high": slope.high * 1000,
-                    "slope_p": slope.p_value, "slope_with_censored_per_1k": with_cut.slope * 1000}
+                    "slope_p": slope.p_value, "slope_left_out_per_1k": left_out.slope * 1000}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def thinking_slope_differences(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """Per run, each condition's thinking slope minus the baseline's (per 1000 prompt tokens), from
-    one fit over both arms with errors clustered by episode; errors and censored samples excluded.
-    `measured` is False when either arm's model never thinks."""
+    one censored fit over both arms (truncated samples are lower bounds) with the cluster jackknife
+    over episodes; errors excluded. `measured` is False when either arm's model never thinks."""
     baseline = baseline or baseline_condition(df)
     rows = []
     for key, g in _groups(df, ["run_label"]):
         ok = g[(g["label"] != "error") & g["thinking_tokens"].notna()]
-        ok = ok[~censored_thinking(ok)]
         base = ok[ok["condition"] == baseline]
         for cond in dict.fromkeys(g["condition"]):
             if cond == baseline:
@@ -200,10 +217,11 @@ def thinking_slope_differences(df: pd.DataFrame, baseline: str | None = None) ->
             both = pd.concat([base, arm])
             measured = thinks(base) and thinks(arm)
             d = stats.slope_difference(both["prompt_tokens"], both["thinking_tokens"], (both["condition"] == cond).to_numpy(),
-                                       both["episode_id"].to_numpy()) if measured else stats.nan_slope(len(both), 0)
+                                       both["episode_id"].to_numpy(), cut=censored_thinking(both).to_numpy()) \
+                if measured else stats.nan_slope(len(both), 0)
             rows.append({**key, "baseline": baseline, "condition": cond, "measured": measured,
-                         "episodes": both["episode_id"].nunique(), "diff_per_1k": d.slope * 1000,
-                         "diff_low": d.low * 1000, "diff_high": d.high * 1000, "p": d.p_value})
+                         "episodes": both["episode_id"].nunique(), "censored": int(censored_thinking(both).sum()),
+                         "diff_per_1k": d.slope * 1000, "diff_low": d.low * 1000, "diff_high": d.high * 1000, "p": d.p_value})
     return pd.DataFrame(rows)
 
 

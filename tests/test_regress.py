@@ -79,18 +79,21 @@ def test_identical_runs_pass(runs, capsys):
 
 def test_drop_from_90_to_50_fails(runs, capsys, tmp_path):
     report = tmp_path / "gate.json"
-    assert regress.main([str(runs["baseline"]), str(runs["drop"]), "--json", str(report)]) == 1
+    assert regress.main([str(runs["baseline"]), str(runs["drop"]), "--json", str(report), "--cells"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL" in out and "status_tail [all] 0.90 -> 0.50" in out
+    # every cell of this grid is a limit cell: the headline (balanced accuracy) is the limit cells' accuracy
+    assert "FAIL" in out and "status_tail [limit] 0.90 -> 0.50" in out
     result = json.loads(report.read_text())
     flagged = {(t["condition"], t["cell"]) for t in result["tests"] if t["regression"]}
-    assert ("status_tail", "all") in flagged and not any(c == "none" for c, _ in flagged)
-    overall = next(t for t in result["tests"] if (t["condition"], t["cell"]) == ("status_tail", "all"))
+    assert ("status_tail", "limit") in flagged and not any(c == "none" for c, _ in flagged)
+    overall = next(t for t in result["tests"] if (t["condition"], t["cell"]) == ("status_tail", "limit"))
     assert (overall["baseline_only_right"], overall["candidate_only_right"], overall["n"]) == (40, 0, 100)
     # 40 of 100 episodes dropped, none improved: no random sign flip of 100 episodes comes near, so the
     # Monte Carlo p is its floor, 1 / (flips + 1)
     assert overall["episodes"] == 100 and overall["p_drop"] == pytest.approx(1 / (stats.MONTE_CARLO_FLIPS + 1))
-    assert len(result["tests"]) == 2 * 5  # per condition: all + 4 cells, corrected together
+    assert len(result["tests"]) == 2 * 5  # per condition: limit cells + 4 grid cells (no control cell), corrected together
+    assert regress.main([str(runs["baseline"]), str(runs["drop"]), "--json", str(report)]) == 1
+    assert [t["cell"] for t in json.loads(report.read_text())["tests"]] == ["limit"] * 2  # without --cells: the kinds only
 
 
 def test_one_episode_difference_passes(runs, capsys):
@@ -109,10 +112,37 @@ def test_the_gate_counts_episodes_not_replicates(tmp_path, capsys, dropped, stat
     cand = scripted_run(tmp_path, "cand", lambda c, i: c == "status_tail" and i < dropped, REPLICATED)
     report = tmp_path / "gate.json"
     assert regress.main([str(base), str(cand), "--json", str(report)]) == status
-    overall = next(t for t in json.loads(report.read_text())["tests"] if (t["condition"], t["cell"]) == ("status_tail", "all"))
+    overall = next(t for t in json.loads(report.read_text())["tests"] if (t["condition"], t["cell"]) == ("status_tail", "limit"))
     assert (overall["n"], overall["episodes"], overall["baseline_only_right"]) == (50, 10, 5 * dropped)
     # the exact one-sided sign-flip p: the dropped episodes all negative, 1 in 2^dropped flips
     assert overall["p_drop"] == pytest.approx(0.5 ** dropped)
+
+
+MIXED = ["scenario.calls_made=[2,3,4,5]", "scenario.placement=[early]", "scenario.episodes_per_cell=20"]  # 1 control, 3 limit
+
+
+def test_a_candidate_that_stops_calling_fails_on_balanced_accuracy(tmp_path, capsys):
+    """Baseline right on 4 of 5 episodes of every cell; the candidate's status_tail never calls: right in
+    every limit cell, wrong in every control cell. Pooled accuracy barely moves (0.80 -> 0.75, 16 episodes
+    lost against 12 gained: no significant drop), balanced accuracy falls 0.80 -> 0.50."""
+    from analysis import tables
+    from analysis.load import load_records
+
+    base = scripted_run(tmp_path, "base", lambda c, i: i % 5 == 0, MIXED)
+    cand = scripted_run(tmp_path, "cand", lambda c, i: i % 5 == 0, MIXED,
+                        extra=lambda s, i: {"text": REFUSE} if s.condition == "status_tail" else {})
+    report = tmp_path / "gate.json"
+    assert regress.main([str(base), str(cand), "--json", str(report)]) == 1
+    tests = {t["cell"]: t for t in json.loads(report.read_text())["tests"] if t["condition"] == "status_tail"}
+    assert list(tests) == ["balanced", "limit", "control"]
+    assert (tests["balanced"]["acc_baseline"], tests["balanced"]["acc_candidate"]) == pytest.approx((0.8, 0.5))
+    assert tests["balanced"]["regression"] and tests["control"]["regression"] and not tests["limit"]["regression"]
+    assert "FAIL" in capsys.readouterr().out
+    df = load_records([base, cand]).assign(run_label=lambda d: d["run"].map(lambda r: Path(r).name))
+    pooled = tables.pair(df[(df["run_label"] == "base") & (df["condition"] == "status_tail")],
+                         df[(df["run_label"] == "cand") & (df["condition"] == "status_tail")])
+    row = next(r for r in tables.paired_rows(pooled, "episode_id") if r["cells"] == "pooled")
+    assert (row["acc_a"], row["acc_b"]) == pytest.approx((0.8, 0.75)) and row["p_drop"] > 0.05  # what the old gate tested
 
 
 def test_min_effect_and_alpha_are_configurable(runs):

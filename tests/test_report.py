@@ -91,7 +91,11 @@ def test_figures_draw_the_numbers_of_the_tables(runs):
     fig = figures.thinking_vs_context(df)
     legend = " ".join(t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
     # thinking = prompt / 10 in the `none` arm of the thinking model: 100 per 1k prompt tokens; flat with the bar
-    assert "none: slope 100 [100, 100] /1k" in legend and "status_tail: slope 0 [0, 0] /1k" in legend
+    assert "none: 100 [100, 100]" in legend and "status_tail: 0 [0, 0]" in legend
+    # the small model never thinks: its thinking panel says what the table says, not a flat slope 0 [0, 0]
+    small = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("smollm2-135m\nthinking"))
+    assert [t.get_text() for t in small.get_legend().get_texts()][:2] == ["none: not measured (no thinking)",
+                                                                           "status_tail: not measured (no thinking)"]
 
 
 def test_report_of_two_runs_side_by_side(runs, tmp_path):
@@ -103,6 +107,7 @@ def test_report_of_two_runs_side_by_side(runs, tmp_path):
                     "By cell of the scenario grid", "Outcomes"):
         assert f"## {heading}\n" in md, heading
     assert "96 scripted (replayed, not generated)" in md
+    assert md.split("\n## ")[1].startswith("Finding\n\n**small.** On balanced accuracy")  # the finding in words comes first
     assert "| scripted" in md  # the error kind
     assert "pass^2" in md
     side = md.split("## Runs side by side")[1].split("##")[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.io.validate import of_type
-from harness.rundir.store import RunDirError, read_jsonl
+from harness.rundir.store import read_jsonl
 from harness.types import RECORD_SCHEMA_VERSION, Record, RolloutRecord
 
 # what a record must hold to be counted at all (the rest may be absent or null in a hand-made file)
