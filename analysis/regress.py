@@ -15,6 +15,11 @@ A drop fails the gate when its corrected p is below --alpha and the accuracy fel
 --min-effect. It also prints which rendered prompts changed (prompt_sha256 per episode and
 condition), so a prompt edit shows up as such next to its effect.
 
+Runs of live rollouts (experiment.mode=rollouts) are compared rollout by rollout: each rollout's
+share of steps graded right, with its limit and control steps weighing the same (`balanced`), then
+over its limit steps and its control steps alone, paired on (episode, replicate) and tested the same
+way (a rollout's steps are not independent: the rollout is one observation, the episode the unit).
+
 Exit status: 0 no significant drop, 1 a significant drop, 2 the runs cannot be compared.
 """
 from __future__ import annotations
@@ -29,8 +34,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import tables
+from analysis import stats, tables
 from analysis.load import grid_columns, load_records
+from analysis.rollouts import multi_step
 from harness.io.files import os_error_message
 from harness.rundir.layout import PROMPTS, run_parts
 from harness.rundir.store import read_jsonl
@@ -67,6 +73,36 @@ def with_pair_key(df: pd.DataFrame, pair_by: str) -> pd.DataFrame:
         return df.assign(pair_key=df["episode_id"])
     cols = ["scenario", *sorted(c for c in df.columns if c.startswith("params."))]
     return df.assign(pair_key=df[cols].astype(str).agg("|".join, axis=1))
+
+
+def rollout_outcomes(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per rollout: the share of its steps graded right over each kind of cell (`right_limit`,
+    `right_control`; NaN where it took no such step) and with the kinds it took weighing the same
+    (`right_balanced`), beside what names it (its first step's prompt stands for its prompts)."""
+    kinds = {f"right_{kind}": df["correct"].astype(float).where(df["expected"] == expected)
+             for kind, expected in tables.KINDS.items()}
+    steps = df.assign(**kinds).sort_values("step")
+    first = ["episode_id", "model", "model_path", "backend", "prompt_sha256",
+             *(c for c in df.columns if c.startswith(("generation.", "params.")) or c == "scenario")]
+    out = steps.groupby(["condition", *KEYS], sort=False).agg(
+        **{c: (c, "first") for c in first}, **{k: (k, "mean") for k in kinds}).reset_index()
+    return out.assign(right_balanced=out[list(kinds)].mean(axis=1))
+
+
+def rollout_tests(base: pd.DataFrame, cand: pd.DataFrame, conditions: list[str]) -> list[CellTest]:
+    """Per condition: each rollout's balanced, limit and control share right, paired (rollout_outcomes)."""
+    out = []
+    for cond in conditions:
+        p = tables.pair(base[base["condition"] == cond], cand[cand["condition"] == cond], on=KEYS)
+        for kind in ("balanced", *tables.KINDS):
+            g = p.dropna(subset=[f"right_{kind}_a", f"right_{kind}_b"])
+            if g.empty:
+                continue
+            a, b = g[f"right_{kind}_a"].to_numpy(), g[f"right_{kind}_b"].to_numpy()
+            r = stats.paired(a, b, g["pair_key"].to_numpy())
+            out.append(CellTest(cond, f"{kind} (per rollout)", r.n, r.episodes, r.acc_a, r.acc_b, 0.0 - r.diff,
+                                0.0 - r.diff_high, 0.0 - r.diff_low, int((a > b).sum()), int((a < b).sum()), r.p_drop))
+    return out
 
 
 def check_one_config(df: pd.DataFrame, side: str) -> None:
@@ -128,14 +164,15 @@ def check_comparable(base: pd.DataFrame, cand: pd.DataFrame, pair_by: str = "epi
 
 
 def gate_tests(base: pd.DataFrame, cand: pd.DataFrame, conditions: list[str], *, alpha: float, min_effect: float,
-               correction: str, cells: bool = False) -> list[CellTest]:
+               correction: str, cells: bool = False, rollouts: bool = False) -> list[CellTest]:
     """Per condition: balanced accuracy, limit cells, control cells (tables.cell_subsets) and with
-    cells=True each cell of the scenario grid, one test each, corrected together."""
+    cells=True each cell of the scenario grid, one test each, corrected together. `rollouts`: base and
+    cand are rollout_outcomes, tested rollout by rollout."""
     from statsmodels.stats.multitest import multipletests
 
     grid = grid_columns(pd.concat([base, cand], ignore_index=True)) if cells else []
-    out: list[CellTest] = []
-    for cond in conditions:
+    out: list[CellTest] = rollout_tests(base, cand, conditions) if rollouts else []
+    for cond in [] if rollouts else conditions:
         p = tables.pair(base[base["condition"] == cond], cand[cand["condition"] == cond], on=KEYS)
         for r in tables.paired_rows(p, "pair_key", grid, pooled=False):
             drop = [0.0 - r[k] for k in ("diff", "diff_high", "diff_low")]  # 0.0 - x: no "-0.000" for no change
@@ -232,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--alpha must be in (0, 1) and --min-effect in [0, 1], got {args.alpha} and {args.min_effect}")
     try:
         base, cand = (with_pair_key(load_records([d]), args.pair_by) for d in (args.baseline, args.candidate))
+        rollouts = multi_step(base) or multi_step(cand)
+        if rollouts:
+            base, cand = rollout_outcomes(base), rollout_outcomes(cand)
         conditions, notes = check_comparable(base, cand, args.pair_by, args.allow_model_change)
         changes = prompt_changes(base, cand, conditions)
         tests = gate_tests(base, cand, conditions, alpha=args.alpha, min_effect=args.min_effect, correction=args.correction,
-                           cells=args.cells)
+                           cells=args.cells and not rollouts, rollouts=rollouts)
     except (FileNotFoundError, ValueError) as exc:  # NotComparable is a ValueError; so is an unpairable arm
         print(f"statusbench regress: cannot compare: {exc}", file=sys.stderr)
         return 2

@@ -9,8 +9,7 @@ import pytest
 
 from analysis import regress, stats
 from harness.flow.rounds import Step
-from harness.run import first_steps
-from harness.run import execute
+from harness.run import execute, first_steps
 from tests.conftest import make_cfg
 
 # 2 x 2 cells x 25 episodes = 100 episodes, all at/over the limit (expected: refused)
@@ -204,3 +203,27 @@ def test_a_pooled_run_cannot_be_compared_exit_2(runs, tmp_path, capsys, change, 
     err = capsys.readouterr().err
     assert "cannot compare" in err and message in err and "Traceback" not in err
     assert regress.main([str(pooled), str(runs["baseline"])]) == 2
+
+
+def _rollout_run(tmp_path: Path, name: str, first_rounds: int) -> Path:
+    """An agent_loop run of 8 episodes under `none` (scripted, match=order: each round takes one line per
+    rollout): a call in the first `first_rounds` rounds, a refusal after."""
+    script = tmp_path / f"{name}.jsonl"
+    call = '<tool_call>{"name": "phone_call", "arguments": {"company": "Xfinity", "reason": "chase"}}</tool_call>'
+    script.write_text("".join(json.dumps({"text": call if i < 8 * first_rounds else "I can't call Xfinity again."}) + "\n"
+                              for i in range(400)))
+    cfg = make_cfg("experiment=agent_loop", "condition=[none]", "backend=scripted", f"backend.path={script}",
+                   "backend.match=order", "scenario.episodes_per_cell=8", "rollout.turns=2", "run.progress=false",
+                   f"run.root={tmp_path}", "run.report=false")
+    execute(cfg, {}, tmp_path / name)
+    return tmp_path / name
+
+
+def test_the_gate_compares_rollout_runs_rollout_by_rollout(tmp_path, capsys):
+    """Rollouts (issue 39): each rollout's share of steps right is one observation, paired by episode.
+    The baseline calls once (below the limit: right) and then keeps the limit; the candidate calls on."""
+    keeps, calls_on = _rollout_run(tmp_path, "keeps", 1), _rollout_run(tmp_path, "calls_on", 8)
+    assert regress.main([str(keeps), str(keeps)]) == 0
+    assert regress.main([str(keeps), str(calls_on)]) == 1
+    out = capsys.readouterr().out
+    assert "| none        | limit (per rollout)" in out and "DROP" in out
