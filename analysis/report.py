@@ -18,10 +18,12 @@ import pandas as pd
 
 from analysis import attention_figures, browser, findings, propensity, rollouts, stats, tables
 from analysis.figures import FIGURES
+from analysis.grader_agreement import agreement_markdown
 from analysis.load import grid_columns, load_records, load_rollouts
 from analysis.section import Section, ci, md_table, md_text
 from analysis.style import num, paper_style, save
 from harness.io.files import os_error_message, remove_stale_temporaries, write_file
+from harness.registry import FAMILIES
 from harness.rundir.layout import find_runs
 
 REPORT_DIR = "report"  # where a report over several runs goes, inside their common parent
@@ -252,6 +254,8 @@ def sections(df: pd.DataFrame) -> list[Section]:
 
     out.append(Section("Outcomes", LABEL_NOTE + " Each cell: count (share of the row's samples).", outcomes_table(df)))
     out.append(Section("Outcomes by call format", CALL_FORMAT_NOTE, outcomes_table(tables.with_call_format(df), "call_format")))
+    if any(FAMILIES.get(f).decides.kind == "call_limit" for f in df["family"].dropna().unique() if f in FAMILIES):
+        out.append(Section("The grader's measured agreement", agreement_markdown()))  # the set holds call-limit families
     for name, fn in FIGURES.items():
         out.append(Section(f"Figure: {name.replace('_', ' ')}", " ".join((fn.__doc__ or "").split("\n\n")[0].split()),
                            figure=name))

@@ -110,6 +110,8 @@ def test_report_of_two_runs_side_by_side(runs, tmp_path):
     assert md.split("\n## ")[1].startswith("Finding\n\n**small.** On balanced accuracy")  # the finding in words comes first
     assert "| scripted" in md  # the error kind
     assert "pass^2" in md
+    grader = md.split("## The grader's measured agreement\n")[1].split("\n## ")[0]  # a call-limit family: its error rate
+    assert "Cohen's kappa" in grader and "| hand \\ grader |" in grader
     side = md.split("## Runs side by side")[1].split("##")[0]
     assert "small" in side and "thinker" in side
     for name in figures.FIGURES:
