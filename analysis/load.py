@@ -1,7 +1,8 @@
 """Records of one or many run directories as one typed pandas DataFrame.
 
 Each run's records.jsonl is parsed once into `records.parquet` beside it; the cache remembers the
-JSONL's size and is rebuilt when the JSONL has grown (a resumed run) or the loader's schema changed.
+JSONL's SHA-256 and is rebuilt when the JSONL changed in any way (a resumed run, a line edited in
+place to the same size) or the loader's schema changed.
 Nested fields are flattened (`params.calls_made`, `generation.temperature`, `condition_config.kind`).
 Every record is typed as its columns before it is counted (`check_record`): `"correct": "false"`, a
 latency of 1e400 (infinity) or a count that is text stop the load with the file, line and field named.
@@ -18,9 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from harness.io.files import atomic_path, remove_stale_temporaries
+from harness.io.jsonl import file_sha256
 from harness.io.validate import of_type
 from harness.rundir.layout import find_runs, is_rollout_run, run_parts
-from harness.rundir.store import read_jsonl
+from harness.rundir.store import RunDirError, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
     if is_rollout_run(d):
         raise ValueError(f"{d} is a rollout run (experiment.mode=rollouts): its report is "
                          f"`python -m analysis.rollouts {d}`")
-    size = path.stat().st_size
+    digest = file_sha256(path, error=RunDirError)  # content, not size: an in-place edit keeps the size
     cached = d / CACHE_NAME
     if cache:
         remove_stale_temporaries(d)  # a cache half-written by a killed report
@@ -119,23 +121,23 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
 
         try:
             meta = pq.read_schema(cached).metadata or {}
-            if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
+            if meta.get(b"statusbench_jsonl_sha256") == digest.encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
                 return pd.read_parquet(cached)
         except (OSError, pa.ArrowException) as exc:
             log.warning("%s is unreadable (%s); it is only a cache of records.jsonl: rebuilding it", cached, exc)
     df = _parse(read_jsonl(path, required=REQUIRED, check=check_record))  # a bad line is named
     if cache and not df.empty:
-        _write_cache(df, cached, size)
+        _write_cache(df, cached, digest)
     return df
 
 
-def _write_cache(df: pd.DataFrame, path: Path, jsonl_size: int) -> None:
+def _write_cache(df: pd.DataFrame, path: Path, jsonl_sha256: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         table = pa.Table.from_pandas(df, preserve_index=False)
-        meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_size": str(jsonl_size).encode(),
+        meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_sha256": jsonl_sha256.encode(),
                 b"statusbench_cache": CACHE_VERSION.encode()}
         with atomic_path(path) as tmp:  # readers never see a half-written cache
             pq.write_table(table.replace_schema_metadata(meta), tmp)

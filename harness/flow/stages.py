@@ -24,6 +24,7 @@ from harness.flow.fingerprint import Admission, admit
 from harness.flow.plan import Sample
 from harness.flow.probe import RunProbe
 from harness.flow.writer import WriterBackends, unwritten, write_bars
+from harness.io.files import own_dir, write_file
 from harness.measure.cost import cost_usd
 from harness.measure.grading import call_format
 from harness.rundir import manifest
@@ -64,10 +65,9 @@ def save_hydra_record(job_dir: Path, resolved: dict[str, Any]) -> None:
     (off in conf/config.yaml) would overwrite the record of a run this job is then refused into."""
     if not HydraConfig.initialized():
         return
-    out = job_dir / ".hydra"
-    out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(resolved), out / "config.yaml")
-    OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), out / "overrides.yaml")
+    out = own_dir(job_dir / ".hydra")  # renamed into place, never written through a link
+    write_file(out / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    write_file(out / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(HydraConfig.get().overrides.task))))
 
 
 def pending(plan: list[Sample], run: OpenRun, retry_errors: bool) -> list[Sample]:
