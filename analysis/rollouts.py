@@ -229,7 +229,9 @@ def write_rollout_report(run_dir: Path, out_dir: Path | None = None, browser_lim
         text = to_markdown(steps, [run_dir], parts)
     write_file(out / "report.md", text)
     samples = browser_samples(steps, run_dir) if not steps.empty else steps
-    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(samples, [run_dir], browser_limit))))
+    figures = [] if rollouts.empty else [p.figure for p in parts if p.figure]  # only these may be images
+    write_file(out / "report.html", to_html(text, out, browser.fragment(browser.collect(samples, [run_dir], browser_limit)),
+                                            figures))
     return text
 
 
