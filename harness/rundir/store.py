@@ -157,6 +157,10 @@ class RunStore:
 
     def __enter__(self) -> "RunStore":
         _acquire(self._lock, self.dir)
+        for path in (self.records_path, self.prompts_path):  # appended to: refused now, not after a batch is generated
+            if path.is_symlink():
+                self._lock.release()
+                raise RunDirError(f"{path}: {LINK}")
         write_file(self.dir / ".lock.pid", str(os.getpid()))  # renamed into place: a link there is replaced
         self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True, required=("prompt_sha256",))}
         return self

@@ -82,7 +82,7 @@ def load_ref(run_dir: Path, attention_ref: str) -> dict[str, np.ndarray]:
     part, sid = attention_ref.rsplit("#", 1)
     path = (Path(run_dir) / part).resolve()
     if not path.is_relative_to(Path(run_dir).resolve()):
-        raise ValueError(f"{attention_ref}: not a file inside the run directory {run_dir}")
+        raise ValueError(f"not a file inside the run directory {run_dir}")
     arrays = _read(path, only=sid)
     if sid not in arrays:
         raise KeyError(f"{attention_ref}: no such sample in {Path(run_dir) / part}")
