@@ -200,8 +200,10 @@ def _checked_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         _refuse(f"malformed YAML in {path}{where}: {getattr(exc, 'problem', exc)}")
-    except (OSError, UnicodeDecodeError) as exc:
-        _refuse(f"{path}: cannot read it as a config ({exc})")
+    except OSError as exc:  # read_regular's message names the path and what it is
+        _refuse(str(exc))
+    except UnicodeDecodeError:
+        _refuse(f"{path}: not UTF-8 text, so no YAML config")
 
 
 def _refuse(message: str) -> NoReturn:

@@ -274,19 +274,23 @@ def test_links_out_of_the_run_are_never_written_through(tmp_path: Path, scripted
     assert outside.read_text() == "precious\n"
 
 
-def test_a_linked_hydra_folder_is_refused_and_its_target_untouched(tmp_path: Path):
+@pytest.mark.parametrize("name", [".hydra", "run.log"])
+def test_a_linked_hydra_folder_or_log_is_refused_before_anything_is_written(tmp_path: Path, name: str):
+    """Hydra writes its job log (run.log), the run its .hydra/ record: a link at either name is refused
+    before Hydra or the run writes anything, its target untouched."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "config.yaml").write_text("mine: true\n")
     run = tmp_path / "root" / "status_ablation" / "linked"
     run.mkdir(parents=True)
-    (run / ".hydra").symlink_to(outside)
+    (run / name).symlink_to(outside if name == ".hydra" else outside / "config.yaml")
     completions = tmp_path / "c.jsonl"
     completions.write_text(json.dumps({"text": "no"}) + "\n")
     res = _cli(tmp_path / "root", "backend=scripted", f"backend.path={completions}", "backend.match=order",
                "run.name=linked", "run.report=false", "scenario.calls_made=[3]", "scenario.distractor_turns=[0]")
-    _one_line_exit_2(res, f"a symbolic link: statusbench writes no file through a link (remove it and run again) ({run / '.hydra'})")
+    _one_line_exit_2(res, f"{run / name}: a symbolic link: statusbench writes no file through a link")
     assert sorted(p.name for p in outside.iterdir()) == ["config.yaml"] and (outside / "config.yaml").read_text() == "mine: true\n"
+    assert sorted(p.name for p in run.iterdir()) == [name]
 
 
 def test_attention_refs_resolve_inside_the_run_only(tmp_path: Path, scripted_run: Path):

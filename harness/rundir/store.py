@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 
 from harness.io.files import LINK, open_nofollow, write_file
 from harness.io.jsonl import open_regular, parse_row, read_regular, stream_lines
-from harness.rundir.layout import MANIFEST, PROMPTS, RECORDS
+from harness.rundir.layout import ATTENTION_DIR, MANIFEST, PROMPTS, RECORDS, run_root
 from harness.types import RECORD_SCHEMA_VERSION, Message, Record, canonical_json, sha256
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,21 @@ def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = 
     return rows
 
 
+# what a run writes by name beside its manifest (and Hydra's job log, *.log): a link at one of these
+# names would have the write land wherever it points
+WRITTEN = (RECORDS, PROMPTS, ".lock", ".hydra", ATTENTION_DIR)
+
+
 def probe_lock(run_dir: Path) -> None:
     """RunLockedError if another process holds run_dir's writer lock (checked before Hydra writes
-    `.hydra/` into it); nothing is created when the directory does not exist yet."""
+    `.hydra/` into it); RunDirError if a file or folder the run writes, in it or in the run it is a
+    shard of, is a symbolic link. Nothing is created when the directory does not exist yet."""
     run_dir = Path(run_dir)
-    if os.path.lexists(run_dir / ".lock"):  # a link there too: refused here, before Hydra writes
+    for folder in dict.fromkeys([run_dir, run_root(run_dir)]):
+        for path in [*(folder / name for name in WRITTEN), *folder.glob("*.log")]:
+            if path.is_symlink():
+                raise RunDirError(f"{path}: {LINK}")
+    if (run_dir / ".lock").exists():
         lock = FileLock(str(run_dir / ".lock"))
         _acquire(lock, run_dir)
         lock.release()
