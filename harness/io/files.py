@@ -2,7 +2,9 @@
 leaves no empty or half-written file behind: a file or folder is written beside its target under a
 temporary name and renamed into place, and a failure is told in words, not as an OSError traceback.
 One helper for every such write: manifests, reports, figures, parquet caches, attention parts,
-converted models and tokenizers."""
+converted models and tokenizers. No write goes through a symbolic link: a file is renamed into place
+(replacing a link, never writing to its target), and a file appended to or a folder written into is
+refused when it is a link."""
 from __future__ import annotations
 
 import errno
