@@ -11,7 +11,6 @@ sample (by its arms' labels and its grid cell) of the rest; the page says how ma
 """
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -33,8 +32,8 @@ GROUP = ["run", "model", "episode_id", "replicate"]  # one episode and replicate
 REASON_FIELDS = ("reason", "label_reason", "grade_reason")
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 _LINE = re.compile(r"[^\n]+")  # a line without its newline; empty lines are no unit
-# units compared at most by one diff (len(a) * len(b)): about half a second of difflib's worst case
-DIFF_PAIRS = 4_000_000
+# steps of one diff at most (edit_script): about a second of pure Python, whatever the text
+DIFF_STEPS = 2_000_000
 _HERE = Path(__file__).parent
 
 
@@ -123,33 +122,82 @@ def _common_lines(a: str, b: str) -> tuple[int, int]:
     return head, len(ra) - newline if newline >= 0 else 0
 
 
-def _spans(a: str, b: str, units) -> tuple[list[list[int]], list[list[int]]]:
-    """Character spans of a not in b and of b not in a, diffing the (start, end) units `units` cuts."""
+def _spans(a: str, b: str, units, budget: int) -> tuple[list[list[int]], list[list[int]]] | None:
+    """Character spans of a not in b and of b not in a, diffing the (start, end) units `units` cuts;
+    None when the diff would take more than `budget` steps (see edit_script)."""
     ua, ub = units(a), units(b)
-    sm = difflib.SequenceMatcher(None, [a[s:e] for s, e in ua], [b[s:e] for s, e in ub], autojunk=False)
-    out_a, out_b = [], []
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
-        if tag != "equal":
-            if i2 > i1:
-                out_a.append([ua[i1][0], ua[i2 - 1][1]])
-            if j2 > j1:
-                out_b.append([ub[j1][0], ub[j2 - 1][1]])
-    return out_a, out_b
+    ids: dict[str, int] = {}  # units as small ints: compared in the loop, faster than strings
+    script = edit_script([ids.setdefault(a[s:e], len(ids)) for s, e in ua],
+                         [ids.setdefault(b[s:e], len(ids)) for s, e in ub], budget)
+    if script is None:
+        return None
+    gone, added = script
+    return _merged(gone, ua), _merged(added, ub)
+
+
+def _merged(indices: list[int], units: list[tuple[int, int]]) -> list[list[int]]:
+    """Runs of consecutive unit indices as character spans, from the first unit's start to the last's end."""
+    spans: list[list[int]] = []
+    last = -2
+    for i in sorted(indices):
+        if i == last + 1:
+            spans[-1][1] = units[i][1]
+        else:
+            spans.append([units[i][0], units[i][1]])
+        last = i
+    return spans
+
+
+def edit_script(a: list, b: list, budget: int, steps: list[int] | None = None) -> tuple[list[int], list[int]] | None:
+    """A shortest edit script from a to b (Myers' greedy algorithm, O((N+M)D) for D edits): the
+    indices of a deleted and of b inserted; None once it has taken more than `budget` steps (a step:
+    a diagonal tried, a unit compared, a frontier entry saved). The work is thus bounded whatever
+    the text: repetitive text, on which difflib's matching blocks take super-quadratic time, costs
+    at most the budget. `steps`, when given, gets the number of steps taken appended."""
+    n, m = len(a), len(b)
+    frontier = {1: 0}  # diagonal k = x - y -> the furthest x reached on it with d edits
+    trace, work = [], 0
+    for d in range(n + m + 1):
+        trace.append(dict(frontier))
+        work += len(frontier)
+        for k in range(-d, d + 1, 2):
+            x = frontier[k + 1] if k == -d or (k != d and frontier[k - 1] < frontier[k + 1]) else frontier[k - 1] + 1
+            y, start = x - k, x
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            frontier[k] = x
+            work += 1 + x - start
+            done = x >= n and y >= m
+            if done or work > budget:
+                if steps is not None:
+                    steps.append(work)
+                return _backtrack(trace, n, m) if done else None
+    raise AssertionError("unreachable: n + m edits always reach the end")
+
+
+def _backtrack(trace: list[dict[int, int]], x: int, y: int) -> tuple[list[int], list[int]]:
+    """The edits of the path that reached (x, y), read back from the frontier saved before each edit."""
+    gone, added = [], []
+    for d in range(len(trace) - 1, 0, -1):
+        frontier, k = trace[d], x - y
+        prev = k + 1 if k == -d or (k != d and frontier[k - 1] < frontier[k + 1]) else k - 1
+        x, y = frontier[prev], frontier[prev] - prev
+        if prev == k + 1:
+            added.append(y)  # b[y] inserted
+        else:
+            gone.append(x)  # a[x] deleted
+    return gone, added
 
 
 def differing(a: str, b: str) -> tuple[list[list[int]], list[list[int]]]:
     """Character spans of a not in b and of b not in a. The common head and tail (whole lines) are
-    cut off first; the rest is diffed word by word, or line by line where the words are too many
-    (difflib compares every pair of equal units: quadratic on repetitive text, minutes for a 40 KB
-    log), or marked whole where even the lines are: bounded by DIFF_PAIRS."""
+    cut off first; the rest is diffed word by word, or line by line where that would take more
+    than DIFF_STEPS, or marked whole where even the lines would (a shortest edit script: the work
+    is bounded whatever the text, repetitive or not)."""
     head, tail = _common_lines(a, b)
     ma, mb = a[head:len(a) - tail], b[head:len(b) - tail]
-    if len(_TOKEN.findall(ma)) * len(_TOKEN.findall(mb)) <= DIFF_PAIRS:
-        out_a, out_b = _spans(ma, mb, _tokens)
-    elif (ma.count("\n") + 1) * (mb.count("\n") + 1) <= DIFF_PAIRS:
-        out_a, out_b = _spans(ma, mb, _lines)
-    else:
-        out_a, out_b = [[0, len(ma)]] if ma else [], [[0, len(mb)]] if mb else []
+    spans = _spans(ma, mb, _tokens, DIFF_STEPS) or _spans(ma, mb, _lines, DIFF_STEPS)
+    out_a, out_b = spans or ([[0, len(ma)]] if ma else [], [[0, len(mb)]] if mb else [])
     return [[s + head, e + head] for s, e in out_a], [[s + head, e + head] for s, e in out_b]
 
 

@@ -5,9 +5,10 @@ one-step rollout) and one per rollout (`load_rollouts`: rollouts.jsonl).
 The columns come from the one schema (harness.types.Record, RolloutRecord; harness.rundir.records
 reads and checks every row against it: `"correct": "false"`, `"step": "1"`, a latency of 1e400 or a
 count that is text stop the load with the file, line and field named). Each run's records.jsonl is
-parsed once into `records.parquet` beside it; the cache remembers the JSONL's size and is rebuilt
-when the JSONL has grown (a resumed run) or the loader's schema changed. Nested fields are flattened
-(`params.calls_made`, `generation.temperature`, `condition_config.kind`).
+parsed once into `records.parquet` beside it; the cache remembers the JSONL's SHA-256 and is rebuilt
+when the JSONL changed in any way (a resumed run, a line edited in place to the same size) or the
+loader's schema changed. Nested fields are flattened (`params.calls_made`, `generation.temperature`,
+`condition_config.kind`).
 """
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ from pathlib import Path
 import pandas as pd
 
 from harness.io.files import atomic_path, remove_stale_temporaries
+from harness.io.jsonl import file_sha256
 from harness.rundir.layout import PROMPTS, ROLLOUTS, find_runs, run_parts
 from harness.rundir.records import columns, read_record_rows, read_rollout_rows
-from harness.rundir.store import read_jsonl
+from harness.rundir.store import RunDirError, read_jsonl
 from harness.types import Record, RolloutRecord
 
 log = logging.getLogger(__name__)
 
 # bump when the columns or dtypes below change, so old caches are rebuilt
-CACHE_VERSION = "4"
+CACHE_VERSION = "5"
 CACHE_NAME = "records.parquet"
 
 # outcome labels in the order figures and tables show them
@@ -102,7 +104,7 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
     path = d / "records.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{d} has no records.jsonl: is it a statusbench run directory?")
-    size = path.stat().st_size
+    digest = file_sha256(path, error=RunDirError)  # content, not size: an in-place edit keeps the size
     cached = d / CACHE_NAME
     if cache:
         remove_stale_temporaries(d)  # a cache half-written by a killed report
@@ -112,23 +114,23 @@ def load_run(run_dir: Path | str, *, cache: bool = True) -> pd.DataFrame:
 
         try:
             meta = pq.read_schema(cached).metadata or {}
-            if meta.get(b"statusbench_jsonl_size") == str(size).encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
+            if meta.get(b"statusbench_jsonl_sha256") == digest.encode() and meta.get(b"statusbench_cache") == CACHE_VERSION.encode():
                 return pd.read_parquet(cached)
         except (OSError, pa.ArrowException) as exc:
             log.warning("%s is unreadable (%s); it is only a cache of records.jsonl: rebuilding it", cached, exc)
     df = _parse(read_record_rows(path))  # a bad line is named
     if cache and not df.empty:
-        _write_cache(df, cached, size)
+        _write_cache(df, cached, digest)
     return df
 
 
-def _write_cache(df: pd.DataFrame, path: Path, jsonl_size: int) -> None:
+def _write_cache(df: pd.DataFrame, path: Path, jsonl_sha256: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         table = pa.Table.from_pandas(df, preserve_index=False)
-        meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_size": str(jsonl_size).encode(),
+        meta = {**(table.schema.metadata or {}), b"statusbench_jsonl_sha256": jsonl_sha256.encode(),
                 b"statusbench_cache": CACHE_VERSION.encode()}
         with atomic_path(path) as tmp:  # readers never see a half-written cache
             pq.write_table(table.replace_schema_metadata(meta), tmp)

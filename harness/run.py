@@ -13,7 +13,7 @@ import signal
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, NoReturn
 
 import hydra
 import yaml
@@ -28,6 +28,7 @@ from harness.flow import stages
 from harness.flow.plan import PlanSpec, make_plan
 from harness.flow.rounds import RoundSettings, Step, run_rounds, view_step
 from harness.io.files import os_error_message
+from harness.io.jsonl import read_regular
 from harness.io.secrets import argv_secret_error
 from harness.rundir import manifest
 from harness.rundir.store import RunDirError
@@ -111,27 +112,116 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def check_yaml(argv: list[str]) -> None:
-    """Hydra shows a YAML syntax error as a library traceback; name the file and line instead."""
-    dirs = [CONF_DIR]
+    """Every YAML file of every config source Hydra reads (conf/, --config-path, --config-dir, each
+    hydra.searchpath entry of the command line or else of the primary config): Hydra shows a YAML
+    syntax error as a library traceback, so the file and line are named instead, and an alias bomb
+    is refused before OmegaConf copies it out."""
+    flags = _config_flags(argv)
+    primary = f"{flags.get('--config-name', 'config')}.yaml"
+    folders = [CONF_DIR] + [Path(flags[f]) for f in ("--config-path", "--config-dir") if f in flags]
+    searchpath = _searchpath_override(argv)
+    for folder in folders:
+        for path in _yaml_files(folder):
+            loaded = _checked_yaml(path)
+            hydra_node = loaded.get("hydra") if path == folder / primary and isinstance(loaded, dict) else None
+            if searchpath is None and isinstance(hydra_node, dict):  # the command line's replaces the config's
+                searchpath = hydra_node.get("searchpath")
+    for folder in _searchpath_dirs(searchpath):
+        for path in _yaml_files(folder):
+            _checked_yaml(path)
+
+
+CONFIG_FLAGS = {"-cp": "--config-path", "-cn": "--config-name", "-cd": "--config-dir"}
+MAX_CONFIG_FOLDERS = 2_000  # folders walked per config source: `file:///` is not a config folder
+
+
+def _config_flags(argv: list[str]) -> dict[str, str]:
+    """Hydra's --config-path/-cp, --config-name/-cn and --config-dir/-cd, as `--long: value`."""
+    flags = {}
     for i, arg in enumerate(argv):
-        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
-            dirs.append(Path(argv[i + 1]))
-        elif arg.startswith("--config-dir="):
-            dirs.append(Path(arg.split("=", 1)[1]))
-    for path in (p for d in dirs for p in sorted(d.rglob("*.yaml"))):
-        try:
-            text = path.read_text()
-            # aliases are shared by PyYAML but copied by OmegaConf: a "billion laughs" file hangs it for minutes
-            if expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) > MAX_YAML_NODES:
-                print(f"statusbench: error: {path}: its aliases expand to more than {MAX_YAML_NODES} nodes "
-                      "(a YAML alias bomb?); refused before loading", file=sys.stderr)
-                sys.exit(2)
-            yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark else ""
-            print(f"statusbench: error: malformed YAML in {path}{where}: {getattr(exc, 'problem', exc)}", file=sys.stderr)
-            sys.exit(2)
+        name, eq, value = arg.partition("=")
+        name = CONFIG_FLAGS.get(name, name)
+        if name in CONFIG_FLAGS.values():
+            if eq:
+                flags[name] = value
+            elif i + 1 < len(argv):
+                flags[name] = argv[i + 1]
+    if "--config-path" in flags and not Path(flags["--config-path"]).is_absolute():  # Hydra: relative to this file
+        flags["--config-path"] = str(Path(__file__).parent / flags["--config-path"])
+    return flags
+
+
+def _searchpath_override(argv: list[str]) -> Any:
+    """The value of a `hydra.searchpath=[...]` override (Hydra's own parser), or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if not arg.startswith("-") and "searchpath" in arg.split("=", 1)[0]:
+            try:
+                override = parser.parse_override(arg)
+            except HydraException:  # Hydra says what is wrong with it, in one line (user_errors)
+                continue
+            if override.get_key_element() == "hydra.searchpath":
+                return override.value()
+    return None
+
+
+def _searchpath_dirs(searchpath: Any) -> list[Path]:
+    """The folders a searchpath's entries name: `file://DIR` (or a bare DIR) and `pkg://PACKAGE`, a
+    package's folder; entries Hydra will refuse (not a list of strings) are left to it."""
+    import importlib.util
+
+    folders = []
+    for entry in searchpath if isinstance(searchpath, (list, tuple)) else []:
+        scheme, sep, where = str(entry).partition("://")
+        if not sep:
+            scheme, where = "file", str(entry)
+        if scheme == "file":
+            folders.append(Path(where))
+        elif scheme == "pkg":
+            try:
+                spec = importlib.util.find_spec(where.replace("/", ".").rstrip("."))
+            except (ImportError, ValueError):  # Hydra names a package it cannot find
+                continue
+            folders += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    return folders
+
+
+def _yaml_files(folder: Path) -> Iterator[Path]:
+    """The .yaml files under folder (links to folders not followed), at most MAX_CONFIG_FOLDERS
+    folders deep in all: a searchpath at `/` is refused, not walked for minutes."""
+    for n, (root, _, files) in enumerate(os.walk(folder)):
+        if n >= MAX_CONFIG_FOLDERS:
+            _refuse(f"{folder}: more than {MAX_CONFIG_FOLDERS} folders to read as a config source; "
+                    "name the folder that holds the configs")
+        yield from (Path(root) / f for f in sorted(files) if f.endswith(".yaml"))
+
+
+def _checked_yaml(path: Path) -> Any:
+    """The file's YAML, or exit 2 naming it: malformed, or an alias bomb."""
+    try:
+        # a FIFO or a device named *.yaml would block or never end: only a regular file is read
+        text = read_regular(path, error=OSError).decode("utf-8")
+        # aliases are shared by PyYAML but copied by OmegaConf: a "billion laughs" file hangs it for minutes
+        if expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader)) > MAX_YAML_NODES:
+            _refuse(f"{path}: its aliases expand to more than {MAX_YAML_NODES} nodes "
+                    "(a YAML alias bomb?); refused before loading")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        _refuse(f"malformed YAML in {path}{where}: {getattr(exc, 'problem', exc)}")
+    except OSError as exc:  # read_regular's message names the path and what it is
+        _refuse(str(exc))
+    except UnicodeDecodeError:
+        _refuse(f"{path}: not UTF-8 text, so no YAML config")
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"statusbench: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def expanded_nodes(root: Any) -> int:
@@ -156,8 +246,7 @@ def check_secrets(argv: list[str]) -> None:
     """A key on the command line is refused before Hydra composes (its own errors echo values) or writes."""
     message = argv_secret_error(argv)
     if message:
-        print(f"statusbench: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        _refuse(message)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from harness.config.schemas import ScenarioConfig, require
 from harness.context.calls import call_arguments
 from harness.context.status import tally
 from harness.errors import ConfigError
-from harness.io.jsonl import parse_line, read_lines
+from harness.io.jsonl import open_regular, parse_line, read_lines
 from harness.measure.grading import target_calls
 from harness.types import Episode, Rule, short_hash
 from scenarios.family import CALL_LIMIT, CALL_LIMIT_LIVE, Family
@@ -66,6 +66,12 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(where, row): "scenario.path: FILE line N" for JSONL, "... row N" for a dataset."""
     if path.suffix == ".jsonl":
         return [(f"scenario.path: {path} line {n}", row) for n, row in read_lines(path, f"scenario.path: {path}", ConfigError)]
+    if not path.is_dir():  # a FIFO (which would block the reader) or a device is named for what it is
+        with open_regular(path, f"scenario.path: {path}", ConfigError):
+            pass
+        if path.suffix != ".parquet":
+            raise ConfigError(f"scenario.path: {path} is a file but not a .jsonl or .parquet one; traces are a JSONL "
+                              "file, a .parquet file or a datasets save_to_disk folder")
 
     return [(f"scenario.path: {path} row {n}", row) for n, row in enumerate(load_rows(path), 1)]
 

@@ -117,21 +117,27 @@ def _log(lines: int, changed: dict[int, str]) -> str:
     return "\n".join(changed.get(i, f"step {i}: " + "ok " * 30) for i in range(lines))
 
 
-def test_past_the_cap_the_diff_is_by_lines_and_still_exact():
-    """Words too many to compare pairwise (difflib is quadratic on repetitive text): whole lines are
-    compared, and exactly the changed lines are marked."""
+def test_a_few_changed_words_in_a_long_log_are_marked_exactly():
     a = _log(120, {3: "step 3: started", 110: "step 110: failed"})
     b = _log(120, {3: "step 3: begun", 110: "step 110: passed"})
-    assert len(browser._tokens(a)) ** 2 > browser.DIFF_PAIRS  # the word-level diff is refused
     da, db = browser.differing(a, b)
-    assert [a[s:e] for s, e in da] == ["step 3: started", "step 110: failed"]
-    assert [b[s:e] for s, e in db] == ["step 3: begun", "step 110: passed"]
+    assert [a[s:e] for s, e in da] == ["started", "failed"] and [b[s:e] for s, e in db] == ["begun", "passed"]
 
 
-def test_past_the_cap_for_lines_the_rest_is_marked_whole():
+def test_past_the_budget_for_words_the_diff_is_by_lines_and_still_exact():
+    """A line of 3,000 words replaced: a word diff would take ~12,000 edits over ~20,000 words, past
+    DIFF_STEPS; whole lines are compared, and exactly the changed line is marked."""
+    a = _log(120, {3: " ".join(f"w{i}" for i in range(3000))})
+    b = _log(120, {3: " ".join(f"v{i}" for i in range(3000))})
+    assert browser._spans(a, b, browser._tokens, browser.DIFF_STEPS) is None  # the word diff gives up
+    da, db = browser.differing(a, b)
+    assert [a[s:e] for s, e in da] == [a.splitlines()[3]] and [b[s:e] for s, e in db] == [b.splitlines()[3]]
+
+
+def test_a_long_common_run_costs_little():
     a, b = "A\n" + "ok\n" * 20000 + "B", "C\n" + "ok\n" * 20000 + "D"
     da, db = browser.differing(a, b)
-    assert da == [[0, len(a)]] and db == [[0, len(b)]]
+    assert [a[s:e] for s, e in da] == ["A", "B"] and [b[s:e] for s, e in db] == ["C", "D"]
 
 
 def test_collect_pairs_arms_and_reads_attention(run):

@@ -111,6 +111,7 @@ def test_stale_conversion_folders_of_dead_processes_are_removed(tmp_path: Path):
     cache = tmp_path / "models"
     digest = sources._file_digest(sources._gguf_path(cfg))[:16]
     (cache / f"{cfg.name}-{digest}").mkdir(parents=True)  # already converted: resolve loads nothing
+    sources.record_digests(cache / f"{cfg.name}-{digest}")
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = cache / f".{cfg.name}-{digest}{TMP_MARK}{int(dead.stdout)}"  # a dead process's conversion
     live = temporary_name(cache / "other-model")  # a conversion in progress in this live process

@@ -137,7 +137,7 @@ def test_conversion_gets_the_joined_file_and_leaves_only_the_folder_named_by_the
     monkeypatch.setattr(sources, "_convert", convert)
     path, revision = sources.resolve(cfg)
     digest = sha(b"".join(CHUNKS))
-    assert seen == [b"".join(CHUNKS)] and revision == f"gguf-sha256:{digest[:16]}"
+    assert seen == [b"".join(CHUNKS)] and revision == f"gguf-sha256:{digest[:16]}; converted folder verified"
     models = tmp_path / "cache" / "models"
     assert path == str(models / f"fake-parts-{digest[:16]}")
     assert sorted(p.name for p in models.iterdir()) == [f"fake-parts-{digest[:16]}", f"fake-parts-{digest[:16]}.lock"]
@@ -180,7 +180,7 @@ def test_a_real_gguf_split_into_parts_converts_like_the_whole_file(tmp_path, mon
     monkeypatch.syspath_prepend(str(site))
     cfg = make_cfg(*overrides(tmp_path, chunks), "model.generation.max_new_tokens=8").model
     path, revision = sources.resolve(cfg)
-    assert revision == f"gguf-sha256:{sha(gguf)[:16]}"
+    assert revision == f"gguf-sha256:{sha(gguf)[:16]}; converted folder verified"
     joined = load_file(str(Path(path) / "model.safetensors"))
     own = load_file(str(Path(sources.resolve(whole_cfg)[0]) / "model.safetensors"))
     assert joined.keys() == own.keys() and all((joined[k] == own[k]).all() for k in own)

@@ -6,12 +6,13 @@ goes back as the tool result of the call that triggered it, never as a separate 
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import require
-from harness.types import Episode, canonical_json, sha256
+from harness.types import Episode, canonical_json
 
 from .calls import call_arguments
 from .switch import Switch
@@ -33,8 +34,10 @@ HALT_MESSAGE = ("Halted: {count} consecutive tool calls have failed. Stop callin
 
 def call_hash(tool: str, arguments: Any) -> str:
     """Canonical JSON (keys sorted at every depth) of the call, hashed: key order never matters,
-    any value (a pagination offset) does."""
-    return sha256(canonical_json({"tool": tool, "arguments": arguments}))
+    any value (a pagination offset) does. A lone surrogate (`"\\ud83d"` in the model's arguments,
+    valid JSON but no UTF-8) is hashed as its escape, so two different ones stay different."""
+    text = canonical_json({"tool": tool, "arguments": arguments})
+    return hashlib.sha256(text.encode("utf-8", errors="backslashreplace")).hexdigest()
 
 
 def is_failure(result: str) -> bool:

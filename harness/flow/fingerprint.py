@@ -12,11 +12,13 @@ recorded in the manifest.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.flow.plan import PlanSpec
+from harness.io.jsonl import read_regular
 from harness.rundir.layout import MANIFEST, SHARDS_DIR
 from harness.rundir.store import RunDirError
 from harness.types import canonical_json
@@ -65,9 +67,9 @@ class Admission:
 def _manifests(run_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     out = []
     for path in [run_dir / MANIFEST, *sorted(run_dir.glob(f"{SHARDS_DIR}/*/{MANIFEST}"))]:
-        if path.is_file():
+        if os.path.lexists(path):  # a FIFO in a manifest's place is refused, never skipped or waited on
             try:
-                out.append((path, json.loads(path.read_text())))
+                out.append((path, json.loads(read_regular(path, error=RunDirError))))
             except json.JSONDecodeError as exc:
                 raise RunDirError(f"{path} line {exc.lineno} is not valid JSON ({exc.msg}): cannot check which "
                                   "experiment the run holds; restore it, or use another run.name=") from None

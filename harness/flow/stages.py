@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from harness.flow.fingerprint import Admission, admit
 from harness.flow.plan import PlanSpec, Rollout
+from harness.io.files import own_dir, write_file
 from harness.measure.grading import ParsedCall
 from harness.rundir import manifest
 from harness.rundir.layout import RECORDS, ROLLOUTS, run_parts, shard_dir
@@ -122,10 +123,9 @@ def save_hydra_record(job_dir: Path, resolved: dict[str, Any]) -> None:
     (off in conf/config.yaml) would overwrite the record of a run this job is then refused into."""
     if not HydraConfig.initialized():
         return
-    out = job_dir / ".hydra"
-    out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.create(resolved), out / "config.yaml")
-    OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), out / "overrides.yaml")
+    out = own_dir(job_dir / ".hydra")  # renamed into place, never written through a link
+    write_file(out / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    write_file(out / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(HydraConfig.get().overrides.task))))
 
 
 def start_session(run: OpenRun, planned: int, new: int) -> dict[str, Any]:

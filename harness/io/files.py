@@ -2,7 +2,9 @@
 leaves no empty or half-written file behind: a file or folder is written beside its target under a
 temporary name and renamed into place, and a failure is told in words, not as an OSError traceback.
 One helper for every such write: manifests, reports, figures, parquet caches, attention parts,
-converted models and tokenizers."""
+converted models and tokenizers. No write goes through a symbolic link: a file is renamed into place
+(replacing a link, never writing to its target), and a file appended to or a folder written into is
+refused when it is a link."""
 from __future__ import annotations
 
 import errno
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 TMP_MARK = ".tmp-"  # temporary names end in .tmp-<pid>, so a dead process's leftovers can be found
+# a link in a run directory may point anywhere (`.lock.pid -> ~/.bashrc`): no write goes through one
+LINK = "a symbolic link: statusbench writes no file through a link (remove it and run again)"
 
 
 def temporary_name(dest: Path) -> Path:
@@ -63,8 +67,31 @@ def atomic_path(dest: Path | str) -> Iterator[Path]:
 
 
 def write_file(dest: Path | str, data: str | bytes) -> None:
+    """`dest` holds data, written beside it and renamed into place: a link at `dest` is replaced,
+    never written through."""
     with atomic_path(dest) as tmp:
-        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+        with os.fdopen(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def open_nofollow(path: Path | str, flags: int, mode: int = 0o644) -> int:
+    """os.open without following a symbolic link at `path`: one is an OSError saying so (LINK)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, LINK, str(path)) from None
+        raise
+
+
+def own_dir(path: Path | str) -> Path:
+    """`path` created as a folder (parents too), or an OSError (LINK) when it is a symbolic link:
+    the files written into it would land wherever the link points."""
+    path = Path(path)
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, LINK, str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def os_error_message(exc: OSError) -> str:

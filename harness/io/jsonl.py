@@ -14,6 +14,7 @@ line longer than MAX_LINE_BYTES is refused naming its number.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -97,6 +98,27 @@ def open_regular(path: str | Path, where: str | None = None, error: type[Excepti
     os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as fh:
         yield fh
+
+
+def read_regular(path: str | Path, where: str | None = None, error: type[Exception] = ValueError,
+                 limit: int = MAX_LINE_BYTES) -> bytes:
+    """The whole of a regular file (see open_regular), or `error` naming it when it is something
+    else or larger than `limit` bytes (a manifest, a pid file: small files read at once)."""
+    where = where or str(Path(path).expanduser())
+    with open_regular(path, where, error) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{where} is larger than {limit} bytes: not a file statusbench wrote")
+    return data
+
+
+def file_sha256(path: str | Path, where: str | None = None, error: type[Exception] = ValueError) -> str:
+    """SHA-256 of a regular file (see open_regular), read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open_regular(path, where, error) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def stream_lines(fh: IO[bytes], where: str, error: type[Exception] = ValueError) -> Iterator[bytes]:

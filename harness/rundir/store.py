@@ -5,6 +5,7 @@ at most the batch in flight; a torn last line (killed mid-write) is cut off on t
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -15,9 +16,9 @@ from typing import Any, Callable, Iterable
 
 from filelock import FileLock, Timeout
 
-from harness.io.files import write_file
-from harness.io.jsonl import open_regular, parse_row, stream_lines
-from harness.rundir.layout import MANIFEST, PROMPTS, RECORDS
+from harness.io.files import LINK, open_nofollow, write_file
+from harness.io.jsonl import open_regular, parse_row, read_regular, stream_lines
+from harness.rundir.layout import ATTENTION_DIR, MANIFEST, PROMPTS, RECORDS, run_root
 from harness.types import Message, Record, canonical_json, sha256
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,9 @@ def _append_bytes(path: Path, data: bytes) -> None:
     """All of data appended, or (a full disk) the file cut back to what it held before."""
     if not data:
         return
-    # unbuffered: after a failed write no buffered tail is left for close() to flush past the cut
-    with open(path, "ab", buffering=0) as fh:
+    # unbuffered: after a failed write no buffered tail is left for close() to flush past the cut;
+    # a link in the records' place (to a file outside the run) is refused, never appended to
+    with os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0) as fh:
         size = fh.tell()
         try:
             view = memoryview(data)
@@ -93,15 +95,28 @@ def read_jsonl(path: Path, *, repair: bool = False, required: tuple[str, ...] = 
     if repair and newline:
         _append_bytes(path, b"\n")
     if repair and cut:
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
+        fd = open_nofollow(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, good_end)
+        finally:
+            os.close(fd)
     return rows
+
+
+# what a run writes by name beside its manifest (and Hydra's job log, *.log): a link at one of these
+# names would have the write land wherever it points
+WRITTEN = (RECORDS, PROMPTS, ".lock", ".hydra", ATTENTION_DIR)
 
 
 def probe_lock(run_dir: Path) -> None:
     """RunLockedError if another process holds run_dir's writer lock (checked before Hydra writes
-    `.hydra/` into it); nothing is created when the directory does not exist yet."""
+    `.hydra/` into it); RunDirError if a file or folder the run writes, in it or in the run it is a
+    shard of, is a symbolic link. Nothing is created when the directory does not exist yet."""
     run_dir = Path(run_dir)
+    for folder in dict.fromkeys([run_dir, run_root(run_dir)]):
+        for path in [*(folder / name for name in WRITTEN), *folder.glob("*.log")]:
+            if path.is_symlink():
+                raise RunDirError(f"{path}: {LINK}")
     if (run_dir / ".lock").exists():
         lock = FileLock(str(run_dir / ".lock"))
         _acquire(lock, run_dir)
@@ -112,8 +127,13 @@ def _acquire(lock: FileLock, run_dir: Path) -> None:
     try:
         lock.acquire(timeout=0)  # an flock: released by the kernel if the owner dies
     except Timeout:
-        owner = (run_dir / ".lock.pid").read_text().strip() if (run_dir / ".lock.pid").exists() else "?"
+        try:  # a FIFO or a huge file in its place would hang or fill memory: the pid is then unknown
+            owner = read_regular(run_dir / ".lock.pid", error=OSError, limit=64).decode("ascii", "replace").strip()
+        except OSError:
+            owner = "?"
         raise RunLockedError(f"run directory {run_dir} is in use by another statusbench process (pid {owner})") from None
+    except OSError as exc:  # filelock refuses a link in the lock's place (it would lock, or create, its target)
+        raise RunDirError(f"{run_dir / '.lock'}: {LINK if exc.errno == errno.ELOOP else exc.strerror}") from None
 
 
 def record_time(created_at: str | None) -> datetime:
@@ -147,7 +167,11 @@ class RunStore:
 
     def __enter__(self) -> "RunStore":
         _acquire(self._lock, self.dir)
-        (self.dir / ".lock.pid").write_text(str(os.getpid()))
+        for path in (self.records_path, self.prompts_path):  # appended to: refused now, not after a batch is generated
+            if path.is_symlink():
+                self._lock.release()
+                raise RunDirError(f"{path}: {LINK}")
+        write_file(self.dir / ".lock.pid", str(os.getpid()))  # renamed into place: a link there is replaced
         self._prompts = {row["prompt_sha256"] for row in read_jsonl(self.prompts_path, repair=True, required=("prompt_sha256",))}
         return self
 
@@ -172,10 +196,10 @@ class RunStore:
         write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
     def read_manifest(self) -> dict[str, Any]:
-        if not self.manifest_path.exists():
+        if not os.path.lexists(self.manifest_path):
             return {}
-        try:
-            manifest = json.loads(self.manifest_path.read_bytes())
+        try:  # a FIFO in its place would block the run forever: only a regular file is read
+            manifest = json.loads(read_regular(self.manifest_path, error=RunDirError))
         except json.JSONDecodeError as exc:
             raise RunDirError(f"{self.manifest_path} line {exc.lineno} is not valid JSON ({exc.msg}); "
                               "restore it or move the run directory aside") from None

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.io.files import atomic_path
+from harness.io.files import atomic_path, own_dir
+from harness.io.jsonl import open_regular
 from harness.rundir.layout import ATTENTION_DIR, run_parts, run_root
 
 _PART = re.compile(r"part-(\d+)\.npz")
@@ -42,8 +43,7 @@ def append(part_dir: Path, samples: dict[str, dict[str, np.ndarray]]) -> dict[st
     attention_ref, relative to the run directory."""
     if not samples:
         return {}
-    folder = Path(part_dir) / ATTENTION_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = own_dir(Path(part_dir) / ATTENTION_DIR)  # a link there would put the parts wherever it points
     name = f"part-{max((n for n, _ in _numbered(folder)), default=-1) + 1:06d}.npz"
     with atomic_path(folder / name) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as out:
@@ -58,7 +58,7 @@ def append(part_dir: Path, samples: dict[str, dict[str, np.ndarray]]) -> dict[st
 
 def _read(path: Path, only: str | None = None) -> dict[str, dict[str, np.ndarray]]:
     out: dict[str, dict[str, np.ndarray]] = {}
-    with np.load(path, allow_pickle=False) as npz:
+    with open_regular(path) as fh, np.load(fh, allow_pickle=False) as npz:  # a FIFO would block the reader
         for key in npz.files:
             sid, name = key.split("/", 1)
             if only is None or sid == only:
@@ -76,9 +76,14 @@ def load(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
 
 
 def load_ref(run_dir: Path, attention_ref: str) -> dict[str, np.ndarray]:
-    """One record's arrays, from the part its attention_ref names (relative to the run directory)."""
+    """One record's arrays, from the part its attention_ref names (relative to the run directory).
+    A reference is data: one leading outside the run directory (`/etc/passwd#x`, `../..`) is a
+    ValueError, never opened."""
     part, sid = attention_ref.rsplit("#", 1)
-    arrays = _read(Path(run_dir) / part, only=sid)
+    path = (Path(run_dir) / part).resolve()
+    if not path.is_relative_to(Path(run_dir).resolve()):
+        raise ValueError(f"not a file inside the run directory {run_dir}")
+    arrays = _read(path, only=sid)
     if sid not in arrays:
         raise KeyError(f"{attention_ref}: no such sample in {Path(run_dir) / part}")
     return arrays[sid]
