@@ -65,7 +65,7 @@ def plan(cfg: Config) -> list[Rollout]:
     require(cfg.rollout.compact_tokens is None or all(e.compact_at is not None for e in episodes), "rollout.compact_tokens",
             f"the {family} family has no compaction point (no summary to compact to)")
     identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(),
-                "generation": asdict(cfg.model.generation), "rollout": cfg.rollout.identity()}
+                "generation": cfg.model.generation.identity(), "rollout": cfg.rollout.identity()}
     out: list[Rollout] = []
     for episode in episodes:
         for name, ccfg in cfg.conditions.items():
@@ -182,7 +182,8 @@ def step_record(cfg: Config, r: Rollout, req: Request, c: Completion, prompt_sha
         completion_tokens=c.completion_tokens, thinking_tokens=c.thinking_tokens, answer_tokens=c.answer_tokens,
         text=c.text, reasoning=c.reasoning, tool_calls=c.tool_calls, calls=calls, label=grade.label, reason=grade.reason, expected=expected,
         latency_s=c.latency_s, finish_reason=c.finish_reason, error=c.error, scripted=c.scripted,
-        cost_usd=cost_usd(cfg.model, c), token_source=c.token_source, created_at=manifest.now("microseconds"))
+        cost_usd=cost_usd(cfg.model, c), token_source=c.token_source, created_at=manifest.now("microseconds"),
+        thinking_tokens_source=c.thinking_tokens_source, cache_write_tokens=c.cache_write_tokens, request_id=c.request_id)
 
 
 def summary(cfg: Config, r: Rollout) -> RolloutRecord:

@@ -49,6 +49,9 @@ class StepRecord:
     token_source: str | None
     created_at: str
     schema_version: int = RECORD_SCHEMA_VERSION
+    thinking_tokens_source: str | None = None  # see harness.types.Completion
+    cache_write_tokens: int | None = None
+    request_id: str | None = None
 
     def completion(self) -> Completion:
         """What the backend returned, as the environment needs it to replay this step."""

@@ -31,6 +31,13 @@ class ToolFormat(StrEnum):
     hermes = "hermes"  # rendered into message content
 
 
+class ThinkingControl(StrEnum):
+    """How a model's API takes a thinking setting (the model preset says; model.generation holds the value)."""
+    none = "none"  # no thinking control: reasoning_effort and thinking_budget are refused
+    effort = "effort"  # an effort level (OpenAI reasoning.effort; Anthropic adaptive thinking + output_config.effort)
+    budget = "budget"  # a token budget (Anthropic manual extended thinking, budget_tokens >= 1024)
+
+
 class Device(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
@@ -82,6 +89,15 @@ class ModelConfig:
     price_input_per_mtok: Optional[float] = None
     price_cached_input_per_mtok: Optional[float] = None  # null: cached input billed as input
     price_output_per_mtok: Optional[float] = None
+    price_cache_write_per_mtok: Optional[float] = None  # prompt tokens written to a provider's cache; null: billed as input
+    # a batch API's price as a share of the list price (0.5: half); null: unknown, and batched records carry cost_usd null
+    batch_discount: Optional[float] = None
+    context_tokens: Optional[int] = None  # the model's context window (prompt and output), as its provider states it
+    # how the API takes model.generation.reasoning_effort / thinking_budget; null: not declared (sent as given)
+    thinking_control: Optional[ThinkingControl] = None
+    # false: the API refuses sampling settings (newer Claude and OpenAI reasoning models): none is sent, so
+    # model.generation must hold the API's own (temperature 1.0, top_p 1.0, no top_k/min_p), never claim greedy
+    sampling_params: bool = True
     # GPUs the weights need; backend=vllm and the slurm launcher read it (model comes before backend
     # in the defaults list, so a model preset cannot set backend fields itself)
     tensor_parallel_size: int = 1
@@ -107,8 +123,26 @@ class ModelConfig:
                 require(_is_sha256(part.sha256), f"model.gguf_parts[{i}].sha256",
                         f"{part.package}: 64 lowercase hex digits, got {part.sha256!r}")
         require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
-        for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
+        for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok", "price_cache_write_per_mtok"):
             require(getattr(self, key) is None or getattr(self, key) >= 0, f"model.{key}", f"must be >= 0, got {getattr(self, key)}")
+        require(self.batch_discount is None or 0 < self.batch_discount <= 1, "model.batch_discount",
+                f"must be in (0, 1] or null, got {self.batch_discount}")
+        require(self.context_tokens is None or self.context_tokens >= 1, "model.context_tokens", f"must be >= 1 or null, got {self.context_tokens}")
+        self._check_thinking_controls()
+
+    def _check_thinking_controls(self) -> None:
+        gen = self.generation
+        control = self.thinking_control
+        require(gen.reasoning_effort is None or control in (None, ThinkingControl.effort), "model.generation.reasoning_effort",
+                f"model {self.name} takes {'no thinking setting' if control == ThinkingControl.none else 'a thinking budget (model.generation.thinking_budget)'}, not an effort level")
+        require(gen.thinking_budget is None or control in (None, ThinkingControl.budget), "model.generation.thinking_budget",
+                f"model {self.name} takes {'no thinking setting' if control == ThinkingControl.none else 'an effort level (model.generation.reasoning_effort)'}, not a token budget")
+        require(gen.thinking_budget is None or gen.thinking_budget < gen.max_new_tokens, "model.generation.thinking_budget",
+                f"must be below model.generation.max_new_tokens ({gen.max_new_tokens}): the thinking is part of the output")
+        if not self.sampling_params:
+            require(gen.temperature == 1.0 and gen.top_p == 1.0 and not gen.top_k and not gen.min_p, "model.generation",
+                    f"model {self.name}'s API takes no sampling settings (it samples at its own temperature 1.0): set "
+                    "temperature=1.0, top_p=1.0, top_k=0, min_p=0, so the records do not claim a decoding that did not happen")
 
     def check_machine(self) -> None:
         if self.path and self.path.startswith(("/", "./", "../", "~")):
@@ -305,6 +339,9 @@ class Config:
             require(not self.probe.attention, "probe.attention", "does not run in rollouts (experiment.mode=rollouts)")
             require(not self.run.retry_errors, "run.retry_errors",
                     "a rollout that met a backend error has ended (outcome error); rerun it under another run.name")
+            require(not getattr(self.backend, "batch", False), "backend.batch",
+                    "a rollout's step depends on the answer to the one before, which a batch API returns hours later: "
+                    "batch mode runs frozen episodes (experiment.mode=samples) only")
         episodes = self.scenario.planned_episodes()
         if episodes is not None:  # a grid family: refused before a single episode is built
             self.check_plan_size(episodes)

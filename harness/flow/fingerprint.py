@@ -31,7 +31,7 @@ def fingerprint(cfg: Config) -> dict[str, Any]:
         "scenario": asdict(cfg.scenario),
         "conditions": {name: c.identity() for name, c in cfg.conditions.items()},
         "model": cfg.model.identity(),
-        "generation": asdict(cfg.model.generation),
+        "generation": cfg.model.generation.identity(),
         "backend": cfg.backend.identity(),
         "experiment": {"replicates": cfg.experiment.replicates, "seed": cfg.experiment.seed},
     }

@@ -1,7 +1,7 @@
 """Expand a config into samples: episodes x conditions x replicates, each with a stable id."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import scenarios
 from harness.config.schemas import ConditionConfig, Config, ModelConfig
@@ -41,7 +41,7 @@ def make_plan(cfg: Config) -> list[Sample]:
     cfg.check_plan_size(len(episodes))
     conditions = {name: with_model(ccfg, cfg.model) for name, ccfg in cfg.conditions.items()}
     gen = cfg.model.generation
-    identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": asdict(gen)}
+    identity = {"model": cfg.model.identity(), "backend": cfg.backend.identity(), "generation": gen.identity()}
     samples: list[Sample] = []
     for episode in episodes:
         candidates = scenarios.candidates(episode) if cfg.probe.propensity else None

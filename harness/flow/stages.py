@@ -172,7 +172,7 @@ def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt
         family=sample.episode.family, params=sample.episode.params, condition=sample.condition,
         condition_config=asdict(sample.condition_cfg), model=ctx.model.name,
         model_path=ctx.model.weights, backend=ctx.backend,
-        generation=asdict(req.generation), replicate=req.replicate, seed=req.seed, prompt_sha256=prompt_sha,
+        generation=req.generation.identity(), replicate=req.replicate, seed=req.seed, prompt_sha256=prompt_sha,
         prompt_tokens=completion.prompt_tokens, cached_prompt_tokens=completion.cached_prompt_tokens,
         completion_tokens=completion.completion_tokens, thinking_tokens=completion.thinking_tokens,
         answer_tokens=completion.answer_tokens, text=completion.text, reasoning=completion.reasoning,
@@ -182,6 +182,8 @@ def to_record(sample: Sample, completion: Completion, ctx: RecordContext, prompt
         scripted=completion.scripted, cost_usd=cost_usd(ctx.model, completion), ttft_s=completion.ttft_s, writer=writer,
         batch_latency_s=completion.batch_latency_s,
         token_source=completion.token_source, propensity=propensity,
+        thinking_tokens_source=completion.thinking_tokens_source, cache_write_tokens=completion.cache_write_tokens,
+        request_id=completion.request_id, batched=completion.batched,
         created_at=manifest.now("microseconds"))  # to the microsecond: the newest record of a sample wins
 
 
