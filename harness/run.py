@@ -44,6 +44,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
         with nullcontext(backend) if backend or not todo else make_backend(cfg.model, cfg.backend) as loaded:
             session = stages.start_session(run, len(plan), len(todo))
             if todo:
+                loaded.attach(run.job_dir)
                 stages.generate_all(run, todo, loaded, stages.RecordContext(cfg.model, cfg.backend.name), cfg.probe,
                                     cfg.run.batch_size, cfg.run.progress)
         session["finished_at"] = manifest.now()

@@ -117,6 +117,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
             # killed after a rollout's last step but before its record: the record now
             run.store.append_rows(ROLLOUTS, [asdict(summary(cfg, r)) for r in unrecorded])
             if active:
+                loaded.attach(run.job_dir)
                 run.model_info.update(loaded.describe())
                 step_all(cfg, run, active, order, loaded)
         session["finished_at"] = manifest.now()
