@@ -161,15 +161,17 @@ def request_kwargs(model: str, model_cfg: ModelConfig, req: Request, cfg: Anthro
         kwargs["system"] = system
     if tools:
         kwargs["tools"] = tools
-    if model_cfg.sampling_params:
-        kwargs["temperature"] = gen.temperature
-        if gen.top_p < 1.0:
-            kwargs["top_p"] = gen.top_p
-        if gen.top_k and not gen.greedy:
-            kwargs["top_k"] = gen.top_k
     kwargs.update(thinking_kwargs(model_cfg, req, cfg.thinking_display))
-    if cfg.extra_body:
-        kwargs["extra_body"] = dict(cfg.extra_body)
+    extra = {}
+    if model_cfg.sampling_params:  # older models only; the SDK no longer names these fields, so they go as extra body
+        extra["temperature"] = gen.temperature
+        if gen.top_p < 1.0:
+            extra["top_p"] = gen.top_p
+        if gen.top_k and not gen.greedy:
+            extra["top_k"] = gen.top_k
+    extra.update(cfg.extra_body)
+    if extra:
+        kwargs["extra_body"] = extra
     return kwargs
 
 
@@ -249,8 +251,11 @@ class AnthropicBackend(RemoteBackend):
                 if ttft is None and _get(event, "type") == "content_block_delta":
                     ttft = time.perf_counter() - t0
             msg = await stream.get_final_message()
+            rid = stream.request_id
         self._reported(_get(msg, "model"))
-        return parse_message(msg, time.perf_counter() - t0, ttft, self.clean)
+        c = parse_message(msg, time.perf_counter() - t0, ttft, self.clean)
+        c.request_id = rid or c.request_id
+        return c
 
     def _batch(self) -> BatchApi:
         return AnthropicBatches(self._client, self.body, lambda msg: parse_message(msg, None, clean=self.clean))

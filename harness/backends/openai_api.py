@@ -225,8 +225,8 @@ def request_id(resp: Any) -> str | None:
 
 
 def _call_dict(call: Any) -> dict[str, Any]:
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.function.name, "arguments": call.function.arguments}}
+    fn = _get(call, "function")
+    return {"id": _get(call, "id"), "type": "function", "function": {"name": _get(fn, "name"), "arguments": _get(fn, "arguments")}}
 
 
 def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[Any]) -> None:
