@@ -128,7 +128,8 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
             "distribution-free order-statistic interval. Slope = OLS of thinking tokens on prompt tokens, in thinking "
             "tokens per 1000 prompt tokens, with a 95% interval from errors clustered by episode (t, episodes - 1 "
             "degrees of freedom); `with truncated` is the same slope with the truncated samples kept (a sensitivity "
-            "check: their counts are lower bounds).")
+            "check: their counts are lower bounds). Count from: the API's usage (`api`), the model's own token ids "
+            "(`counted`), or its visible text re-tokenized (`estimated`).")
     if unmeasured:
         text += (f" **Not measured** for {', '.join(f'`{c}`' for c in dict.fromkeys(unmeasured))}: no sample thought "
                  "(0 thinking tokens throughout), which is no evidence of a flat slope.")
@@ -138,7 +139,7 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
     def shown(values: list[str]) -> list[str]:
         return [v if m or not c else "not measured" for v, m, c in zip(values, th["measured"], th["counted"])]
 
-    table = pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"], "episodes": th["episodes"],
+    table = pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "count from": th["source"], "n": th["n"], "episodes": th["episodes"],
                           "truncated (excluded)": th["censored"],
                           "mean [95% CI]": shown(ci(th["mean"], th["mean_low"], th["mean_high"], ".1f")),
                           "median [95% CI]": shown(ci(th["median"], th["median_low"], th["median_high"], ".1f")),

@@ -19,6 +19,7 @@ from analysis.report import to_html, to_markdown
 from analysis.section import Section
 from analysis.stats import Estimate, episode_means, mean_interval, ols_slope, pass_hat_k, proportion
 from analysis.style import COLUMN_WIDTH, colors, paper_style, save
+from analysis.tables import thinking_sources
 from harness.context.strategy import shared_prefix
 from harness.io.files import write_file
 from harness.rundir.layout import PROMPTS, RECORDS, ROLLOUTS, run_parts
@@ -142,6 +143,7 @@ def thinking(steps: pd.DataFrame, out: Path, palette: dict[str, str]) -> Section
             unmeasured.append(str(cond))
         rows.append({"condition": cond, "steps": len(idx), f"mean context ({unit})": f"{context[idx].mean():.0f}",
                      "mean thinking tokens": "n/a" if think[idx].isna().all() else f"{think[idx].mean():.1f}",
+                     "count from": thinking_sources(steps.loc[idx].assign(thinking_tokens=think[idx])),
                      f"thinking per 1k {unit} (95% CI)": _ci(fit.slope * 1000, fit.low * 1000, fit.high * 1000) if thought else "not measured",
                      "p": "not measured" if not thought else "n/a" if math.isnan(fit.p_value) else f"{fit.p_value:.3g}"})
     ax.set(xlabel=f"context ({unit})", ylabel="thinking tokens")
@@ -179,6 +181,7 @@ def cache(steps: pd.DataFrame) -> Section:
                      "steps reporting cache": len(reported),
                      "prompt tokens": int(prompt) if len(reported) else "n/a",
                      "cached prompt tokens": int(reported["cached_prompt_tokens"].sum()) if len(reported) else "n/a",
+                     "cache-write tokens": _written(reported),
                      "reused": f"{reported['cached_prompt_tokens'].sum() / prompt:.1%}" if len(reported) and prompt else "n/a",
                      "cost per step (USD)": "n/a" if cost.isna().any() else f"{cost.mean():.6f}",
                      "latency per step (s)": "n/a" if latency.isna().all() else f"{latency.mean():.2f}"})
@@ -186,8 +189,15 @@ def cache(steps: pd.DataFrame) -> Section:
                    "Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
                    "rollout's previous prompt began with, steps after the first: what a prefix cache can reuse under "
                    "each strategy, from the prompts alone. Cached prompt tokens: as the engine or API reported them "
-                   "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`); n/a where the backend reports none "
-                   "(scripted).", pd.DataFrame(rows))
+                   "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`, Anthropic `cache_read_input_tokens`); "
+                   "n/a where the backend reports none (scripted). Cache-write tokens: prompt tokens the provider wrote to "
+                   "its cache (Anthropic `cache_creation_input_tokens`, billed above the input price); n/a where not reported.",
+                   pd.DataFrame(rows))
+
+
+def _written(steps: pd.DataFrame) -> str:
+    written = pd.to_numeric(steps["cache_write_tokens"], errors="coerce") if "cache_write_tokens" in steps else None
+    return "n/a" if written is None or written.isna().all() else str(int(written.sum()))
 
 
 def browser_samples(steps: pd.DataFrame, run_dir: Path) -> pd.DataFrame:

@@ -153,6 +153,18 @@ def thinks(g: pd.DataFrame) -> bool:
     return bool((g["thinking_tokens"].fillna(0) > 0).any())
 
 
+def thinking_sources(g: pd.DataFrame) -> str:
+    """Where a group's thinking counts came from (harness.types.Completion.thinking_tokens_source): `api`,
+    `counted` (the model's own token ids), `estimated` (visible text re-tokenized), with counts when mixed;
+    `unknown` for counts no record names a source for (records from before the field existed)."""
+    counted = g[g["thinking_tokens"].notna()]
+    if counted.empty:
+        return "n/a"
+    sources = (counted["thinking_tokens_source"] if "thinking_tokens_source" in counted else pd.Series(None, index=counted.index))
+    tally = sources.fillna("unknown").astype(str).value_counts()
+    return str(tally.index[0]) if len(tally) == 1 else ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
+
+
 THINKING_COLUMNS = ("mean", "mean_low", "mean_high", "median", "median_low", "median_high", "slope_per_1k",
                     "slope_low", "slope_high", "slope_p", "slope_with_censored_per_1k")
 
@@ -162,14 +174,15 @@ def thinking(df: pd.DataFrame) -> pd.DataFrame:
     counted: mean and median over episodes with intervals, and the slope against prompt tokens (per
     1000 prompt tokens, errors clustered by episode), beside the slope with the censored samples
     kept (a sensitivity check). A group whose model never thinks is `measured` False, all NaN;
-    `counted` is False where no record has a thinking count (unknown, not 0)."""
+    `counted` is False where no record has a thinking count (unknown, not 0); `source` says where the
+    counts came from (`thinking_sources`)."""
     rows = []
     for key, g in _groups(df, ["run_label", "condition"]):
         ok = g[(g["label"] != "error") & g["thinking_tokens"].notna()]
         cut = censored_thinking(ok)
         kept = ok[~cut]
         measured = thinks(ok)
-        row = {**key, "measured": measured, "counted": len(ok) > 0, "n": len(kept), "censored": int(cut.sum()),
+        row = {**key, "measured": measured, "counted": len(ok) > 0, "source": thinking_sources(ok), "n": len(kept), "censored": int(cut.sum()),
                "episodes": kept["episode_id"].nunique(), **dict.fromkeys(THINKING_COLUMNS, math.nan)}
         if measured:
             per_episode = kept.groupby("episode_id", sort=False)["thinking_tokens"]
