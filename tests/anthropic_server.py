@@ -10,7 +10,7 @@
   (`cache_creation_input_tokens`), and pays `input_tokens` for what follows. Prefix order: tools,
   system, messages.
 - Errors on demand (`script`): 429 rate_limit_error, 529 overloaded_error, 400 invalid_request_error
-  echoing the x-api-key header (as a misconfigured proxy might).
+  echoing the key header (x-api-key, or the Authorization the SDK sends; as a misconfigured proxy might).
 - Message Batches: create, retrieve (in_progress until `release` is set, then ended), results (JSONL);
   requests in `errored` fail, and with `expire` every request ends expired.
 """
@@ -141,7 +141,7 @@ class AnthropicServer(LoopbackServer):
             return 529, {**rid, "retry-after": "0"}, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         if fate == "400echo":
             return 400, rid, {"type": "error", "error": {"type": "invalid_request_error",
-                                                          "message": f"bad request from key {headers.get('x-api-key')}"}}
+                                                          "message": f"bad request from key {headers.get('x-api-key') or headers.get('authorization')}"}}
         msg = self.answer(data, n)
         if not data.get("stream"):
             return 200, rid, msg

@@ -1,8 +1,9 @@
 """Anthropic's Messages API through the official `anthropic` SDK (pip install -e ".[anthropic]").
 
 Our messages are OpenAI chat format; the Messages API takes:
-- the leading system message(s) as `system`; a later system message stays where it is (`role: system`
-  in `messages`, which the newer models take after a user turn; an older model answers 400, an error record);
+- the leading system message(s) as `system`; a later system message stays where it is: `role: system` in
+  `messages` right after a user turn (the newer models take it there; an older one answers 400, an error
+  record), user text elsewhere (after an assistant turn, where the API takes no system message);
 - each tool call as a `tool_use` block of its assistant message (arguments decoded to an object), each
   result as a `tool_result` block of the next user message; consecutive messages of one role merge
   into one message of blocks (a tool result and the status bar after it are one user message);
@@ -100,6 +101,8 @@ def to_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], list[dic
             system += _blocks(m.get("content"))
             continue
         leading = False
+        if role == "system" and not (out and out[-1]["role"] == "user"):
+            role = "user"  # the API takes a later system message only right after a user turn; elsewhere it is user text
         if role == "tool":
             role, blocks = "user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id") or "",
                                      "content": m.get("content") or ""}]

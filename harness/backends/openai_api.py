@@ -126,15 +126,17 @@ def responses_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "function", **t["function"]} for t in tools]
 
 
-def responses_kwargs(model: str, req: Request, extra_body: dict[str, Any], stream: bool, sampling: bool = True) -> dict[str, Any]:
+def responses_kwargs(model: str, req: Request, extra_body: dict[str, Any], stream: bool, sampling: bool = True,
+                     thinking: bool = False) -> dict[str, Any]:
+    """The responses.create arguments; a thinking model (or a set effort) asks for the reasoning summary,
+    the only thinking text the API returns."""
     gen = req.generation
     kwargs: dict[str, Any] = {"model": model, "input": responses_input(req.messages), "max_output_tokens": gen.max_new_tokens,
                               **sampling_kwargs(gen, sampling), "store": False}
     if req.tools:
         kwargs["tools"] = responses_tools(req.tools)
-    if gen.reasoning_effort:
-        # the summary is the only thinking text the API returns; without it a record's reasoning would be empty
-        kwargs["reasoning"] = {"effort": gen.reasoning_effort, "summary": "auto"}
+    if gen.reasoning_effort or thinking:
+        kwargs["reasoning"] = {"summary": "auto", **({"effort": gen.reasoning_effort} if gen.reasoning_effort else {})}
     if extra_body:
         kwargs["extra_body"] = dict(extra_body)
     if stream:
@@ -348,7 +350,7 @@ class OpenAIBackend(RemoteBackend):
         """The request's arguments for the configured endpoint (what a batch file's line holds too)."""
         cfg, sampling, stream = self.cfg, self.model_cfg.sampling_params, self.cfg.stream
         if cfg.api == Api.responses:
-            return responses_kwargs(self.model, req, cfg.extra_body, stream, sampling)
+            return responses_kwargs(self.model, req, cfg.extra_body, stream, sampling, self.model_cfg.thinking)
         if cfg.api == Api.completions:
             return completions_kwargs(self.model, self.prompt(req), req, cfg.extra_body, cfg.neutral_penalties, stream)
         return request_kwargs(self.model, req, self.model_cfg.chat_template_kwargs, cfg.extra_body, stream,

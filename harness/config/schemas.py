@@ -139,6 +139,8 @@ class ModelConfig:
                 f"model {self.name} takes {'no thinking setting' if control == ThinkingControl.none else 'an effort level (model.generation.reasoning_effort)'}, not a token budget")
         require(gen.thinking_budget is None or gen.thinking_budget < gen.max_new_tokens, "model.generation.thinking_budget",
                 f"must be below model.generation.max_new_tokens ({gen.max_new_tokens}): the thinking is part of the output")
+        require(gen.thinking_budget is None or (gen.temperature == 1.0 and not gen.top_k), "model.generation.temperature",
+                "a thinking budget (extended thinking) samples at temperature 1.0 without top_k: set model.generation.temperature=1.0")
         if not self.sampling_params:
             require(gen.temperature == 1.0 and gen.top_p == 1.0 and not gen.top_k and not gen.min_p, "model.generation",
                     f"model {self.name}'s API takes no sampling settings (it samples at its own temperature 1.0): set "
