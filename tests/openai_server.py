@@ -141,6 +141,10 @@ class OpenAIServer(LoopbackServer):
                 out.append(sse("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": len(out),
                                                               "item_id": item["id"], "output_index": i, "content_index": 0,
                                                               "delta": part["text"], "logprobs": []}))
+            if item["type"] == "function_call":
+                out.append(sse("response.function_call_arguments.delta", {
+                    "type": "response.function_call_arguments.delta", "sequence_number": len(out), "item_id": item["id"],
+                    "output_index": i, "delta": item["arguments"]}))
         out.append(sse("response.completed", {"type": "response.completed", "sequence_number": len(out), "response": answer}))
         return iter(out)
 

@@ -278,7 +278,7 @@ class AnthropicBatches(BatchApi):
         params.update(params.pop("extra_body", {}))
         return params
 
-    async def submit(self, client: Any, requests: list[Request], key: str) -> str:
+    async def submit(self, client: Any, requests: list[Request], submission: str) -> str:
         batch = await client.messages.batches.create(requests=[{"custom_id": r.sample_id, "params": self.params(r)} for r in requests])
         return batch.id
 

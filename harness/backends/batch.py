@@ -2,12 +2,13 @@
 prices (OpenAI's Batch API: a JSONL file and a batch; Anthropic's Message Batches).
 
 Each backend call is one provider batch. Before anything is sent, `<job dir>/batches/<key>.json` is
-written, the key a hash of the sample ids the batch holds; once the provider has answered, it holds the
-batch's id. A run killed at any point and run again plans the same pending samples, finds the file
-and polls the stored batch: a batch is never submitted twice for the same samples. (OpenAI: the key is
-also the batch's metadata, so even a kill between the provider's answer and the write of the id is
-found again by listing the batches; Anthropic's batches carry no metadata, so that instant is refused
-in one line, naming the file to delete once the console shows no such batch.)
+written, the key a hash of the sample ids the batch holds, with a random submission id; once the
+provider has answered, it holds the batch's id. A run killed at any point and run again plans the same
+pending samples, finds the file and polls the stored batch: a batch is never submitted twice for the
+same samples. (OpenAI: the submission id is also the batch's metadata, so even a kill between the
+provider's answer and the write of the batch id is found again by listing the batches; Anthropic's
+batches carry no metadata, so that instant is refused in one line, naming the file to delete once the
+console shows no such batch.)
 
 The batch is polled every backend.poll_s seconds, the run's bar moving as the provider counts requests
 done; its results become records when it has ended. A request that failed, expired or was cancelled
@@ -20,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -59,12 +61,12 @@ class BatchApi:
     def client(self) -> Any:
         raise NotImplementedError
 
-    async def find(self, client: Any, key: str) -> str | None:
-        """The id of a batch submitted under `key` whose id was not stored; None where the provider
-        cannot tell (then a submission with a lost id is refused)."""
+    async def find(self, client: Any, submission: str) -> str | None:
+        """The id of the batch this run submitted as `submission` (the nonce its file holds) but did not
+        store; None where the provider cannot tell (then a submission with a lost id is refused)."""
         return None
 
-    async def submit(self, client: Any, requests: list[Request], key: str) -> str:
+    async def submit(self, client: Any, requests: list[Request], submission: str) -> str:
         raise NotImplementedError
 
     async def poll(self, client: Any, batch_id: str) -> Status:
@@ -140,23 +142,25 @@ async def _submitted(api: BatchApi, client: Any, requests: list[Request], key: s
         log.warning("resuming %s batch %s (%d requests, submitted %s), recorded in %s", api.provider,
                     entry["batch_id"], len(requests), entry.get("submitted_at"), path)
         return entry["batch_id"]
-    found = await api.find(client, key)
-    if found is None and entry is not None and not api.searchable:
-        raise BatchError(f"backend.batch: a {api.provider} batch of these {len(requests)} samples was being submitted at "
-                         f"{entry.get('started_at')} when the run stopped, and its id was not stored; the provider's "
-                         f"batches carry no key to find it by. Check its console: cancel or wait for that batch, then "
-                         f"delete {path} to submit again")
+    found = None
+    if entry is not None:  # this run began submitting these samples and stopped before storing the id
+        found = await api.find(client, str(entry.get("submission"))) if api.searchable else None
+        if found is None and not api.searchable:
+            raise BatchError(f"backend.batch: a {api.provider} batch of these {len(requests)} samples was being submitted "
+                             f"at {entry.get('started_at')} when the run stopped, and its id was not stored; the provider's "
+                             f"batches carry no key to find it by. Check its console: cancel or wait for that batch, then "
+                             f"delete {path} to submit again")
     base = {"provider": api.provider, "key": key, "sample_ids": sorted(r.sample_id for r in requests),
-            "started_at": _now()}
+            "started_at": _now(), "submission": uuid.uuid4().hex}
     if found is None:
         _write(path, base)  # before sending: a kill from here on is never a silent second submission
         try:
-            found = await api.submit(client, requests, key)
+            found = await api.submit(client, requests, base["submission"])
         except Exception as exc:
             path.unlink(missing_ok=True)  # refused by the provider: nothing was submitted
             raise BatchError(f"backend.batch: the {api.provider} batch API refused the batch: "
                              f"{_line(describe_error(exc))}") from None
-    _write(path, {**base, "batch_id": found, "submitted_at": _now()})
+    _write(path, {**base, **(entry or {}), "batch_id": found, "submitted_at": _now()})
     log.warning("submitted %s batch %s (%d requests), recorded in %s; a killed run resumes it", api.provider, found,
                 len(requests), path)
     return found
@@ -220,21 +224,21 @@ class OpenAIBatches(BatchApi):
         body.update(body.pop("extra_body", {}))  # the SDK's extra_body is part of the JSON body
         return {"custom_id": req.sample_id, "method": "POST", "url": self.path, "body": body}
 
-    async def find(self, client: Any, key: str) -> str | None:
+    async def find(self, client: Any, submission: str) -> str | None:
         seen = 0
         async for batch in client.batches.list(limit=100):
-            if (batch.metadata or {}).get("statusbench_key") == key and batch.status not in ("failed", "cancelled"):
+            if (batch.metadata or {}).get("statusbench_submission") == submission:
                 return batch.id
             seen += 1
             if seen >= self.SEARCHED:
                 break
         return None
 
-    async def submit(self, client: Any, requests: list[Request], key: str) -> str:
+    async def submit(self, client: Any, requests: list[Request], submission: str) -> str:
         data = "".join(json.dumps(self.line(r), ensure_ascii=False) + "\n" for r in requests).encode("utf-8")
-        upload = await client.files.create(file=(f"statusbench-{key}.jsonl", data), purpose="batch")
+        upload = await client.files.create(file=(f"statusbench-{submission}.jsonl", data), purpose="batch")
         batch = await client.batches.create(input_file_id=upload.id, endpoint=self.path, completion_window="24h",
-                                            metadata={"statusbench_key": key})
+                                            metadata={"statusbench_submission": submission})
         return batch.id
 
     async def poll(self, client: Any, batch_id: str) -> Status:
