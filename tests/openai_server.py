@@ -3,7 +3,8 @@ tests/fault_server.py covers): the Responses API, text completions, and the Batc
 
 - POST /v1/responses: a response from the stand-in model (tests/loopback.py) with `message`,
   `function_call` and, when `reasoning.effort` is set, `reasoning` items (a summary, reasoning tokens by
-  effort); cached tokens = the longest run of input items a previous request began with. Streamed as
+  effort); cached tokens = the longest run of input items a previous request began with, the rest
+  written to the cache (`cache_write_tokens`, as OpenAI bills writes from GPT-5.6 on). Streamed as
   the API's events (response.created, response.output_text.delta, response.completed).
 - POST /v1/completions: the prompt's text echoed into a deterministic answer (tests check what was sent).
 - POST /v1/chat/completions: a chat completion from the stand-in model (for batches of chat requests).
@@ -72,7 +73,8 @@ class OpenAIServer(LoopbackServer):
         out = reasoning + sum(tokens(o) for o in output if o["type"] != "reasoning")
         return {"id": f"resp_{n}", "object": "response", "created_at": time.time(), "model": self.model or body["model"],
                 "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-                "usage": {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached_tokens},
+                "usage": {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached_tokens,
+                                                                           "cache_write_tokens": prompt - cached_tokens},
                           "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning},
                           "total_tokens": prompt + out}}
 

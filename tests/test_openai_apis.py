@@ -68,6 +68,7 @@ def test_responses_effort_reasoning_tokens_cached_tokens_and_calls_over_the_wire
         assert c.finish_reason == ("tool_calls" if c.tool_calls else "stop")
         for call in c.tool_calls:
             assert call["function"]["name"] == "phone_call" and json.loads(call["function"]["arguments"])["company"] == "Xfinity"
+        assert c.cache_write_tokens == c.prompt_tokens - c.cached_prompt_tokens
     assert sum(c.cached_prompt_tokens > 0 for c in out) >= 3  # the later requests share the earlier ones' first items
 
 

@@ -176,22 +176,20 @@ def _get(obj: Any, name: str) -> Any:
     return value
 
 
-def _usage_fields(usage: Any) -> dict[str, int | None]:
-    """Chat and text completions' usage: prompt, cached, completion and reasoning tokens."""
-    return usage_counts({"prompt_tokens": _get(usage, "prompt_tokens"),
-                         "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
-                         "completion_tokens": _get(usage, "completion_tokens"),
-                         "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")},
-                        (("cached_prompt_tokens", "prompt_tokens", "cached"), ("reasoning_tokens", "completion_tokens", "reasoning")))
+# a part larger than its whole makes every count of the sample unknown (remote.usage_counts)
+PARTS = (("cached_prompt_tokens", "prompt_tokens", "cached"), ("cache_write_tokens", "prompt_tokens", "cache-write"),
+         ("reasoning_tokens", "completion_tokens", "reasoning"))
 
 
-def _responses_usage(usage: Any) -> dict[str, int | None]:
-    """The Responses API's usage under the chat names."""
-    return usage_counts({"prompt_tokens": _get(usage, "input_tokens"),
-                         "cached_prompt_tokens": _get(_get(usage, "input_tokens_details"), "cached_tokens"),
-                         "completion_tokens": _get(usage, "output_tokens"),
-                         "reasoning_tokens": _get(_get(usage, "output_tokens_details"), "reasoning_tokens")},
-                        (("cached_prompt_tokens", "prompt_tokens", "cached"), ("reasoning_tokens", "completion_tokens", "reasoning")))
+def _usage_fields(usage: Any, prompt: str = "prompt_tokens", completion: str = "completion_tokens") -> dict[str, int | None]:
+    """A usage's prompt, cached, cache-write, completion and reasoning tokens; chat and text completions
+    name them prompt/completion, the Responses API input/output (`prompt`, `completion`)."""
+    prompt_details = _get(usage, f"{prompt}_details")
+    return usage_counts({"prompt_tokens": _get(usage, prompt),
+                         "cached_prompt_tokens": _get(prompt_details, "cached_tokens"),
+                         "cache_write_tokens": _get(prompt_details, "cache_write_tokens"),  # OpenAI bills cache writes since GPT-5.6
+                         "completion_tokens": _get(usage, completion),
+                         "reasoning_tokens": _get(_get(usage, f"{completion}_details"), "reasoning_tokens")}, PARTS)
 
 
 def shaped(content: str, reasoning: str, tool_calls: list[dict[str, Any]], u: dict[str, int | None],
@@ -211,7 +209,7 @@ def shaped(content: str, reasoning: str, tool_calls: list[dict[str, Any]], u: di
     return Completion(text=content, reasoning=reasoning, tool_calls=tool_calls, prompt_tokens=u["prompt_tokens"],
                       cached_prompt_tokens=u["cached_prompt_tokens"], completion_tokens=u["completion_tokens"],
                       thinking_tokens=thinking, answer_tokens=answer, latency_s=latency, finish_reason=finish_reason,
-                      ttft_s=ttft, thinking_tokens_source=source, **fields)
+                      ttft_s=ttft, thinking_tokens_source=source, cache_write_tokens=u["cache_write_tokens"], **fields)
 
 
 def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
@@ -305,7 +303,8 @@ def parse_responses(resp: Any, latency: float, ttft: float | None = None, clean:
                                        "arguments": _string(_get(item, "arguments"), "function_call.arguments")}})
     incomplete = _get(_get(resp, "incomplete_details"), "reason")
     finish = "length" if incomplete == "max_output_tokens" else incomplete or ("tool_calls" if calls else "stop")
-    return shaped("".join(text), "\n".join(r for r in reasoning if r), calls, _responses_usage(_get(resp, "usage")), finish,
+    return shaped("".join(text), "\n".join(r for r in reasoning if r), calls,
+                  _usage_fields(_get(resp, "usage"), "input_tokens", "output_tokens"), finish,
                   latency, ttft, request_id=request_id(resp))
 
 
