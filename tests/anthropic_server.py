@@ -43,6 +43,7 @@ class AnthropicServer(LoopbackServer):
         self.script: list[str] = []  # fates of the next /v1/messages requests: "429", "529", "400echo"
         self.store: set[str] = set()  # cached prefix hashes
         self.requests: list[dict[str, Any]] = []
+        self.answered: dict[str, dict[str, Any]] = {}  # request id -> the message sent
         self.served = 0
         self.batches: dict[str, dict[str, Any]] = {}
         self.batches_created = 0
@@ -143,6 +144,8 @@ class AnthropicServer(LoopbackServer):
             return 400, rid, {"type": "error", "error": {"type": "invalid_request_error",
                                                           "message": f"bad request from key {headers.get('x-api-key') or headers.get('authorization')}"}}
         msg = self.answer(data, n)
+        with self.lock:
+            self.answered[f"req_loop_{n:06d}"] = msg
         if not data.get("stream"):
             return 200, rid, msg
         return 200, rid, self.events(msg)

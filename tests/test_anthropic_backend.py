@@ -142,11 +142,10 @@ def test_usage_request_id_and_stop_reason_from_the_wire(stream):
         out = backend.generate(requests)
     for c in out:
         assert c.error is None and c.request_id and c.request_id.startswith("req_loop_")
-        sent = server.requests[int(c.request_id.rsplit("_", 1)[1]) - 1]  # the request this answer came from
-        expected = server.answer(sent, 0)["usage"]  # the same request answered again: the whole prompt read from the cache
-        assert c.prompt_tokens == expected["input_tokens"] + expected["cache_read_input_tokens"]
-        assert c.cached_prompt_tokens is not None and c.cache_write_tokens is not None
-        assert c.cached_prompt_tokens + c.cache_write_tokens <= c.prompt_tokens
+        usage = server.answered[c.request_id]["usage"]  # what the server sent for this request
+        assert (c.cached_prompt_tokens, c.cache_write_tokens, c.completion_tokens) == (
+            usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"], usage["output_tokens"])
+        assert c.prompt_tokens == usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
         assert c.thinking_tokens == 0 and c.thinking_tokens_source == "api"
         assert c.finish_reason in ("stop", "tool_calls") and (c.ttft_s is not None) == stream
         assert (c.finish_reason == "tool_calls") == bool(c.tool_calls)
