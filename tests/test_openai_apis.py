@@ -99,6 +99,19 @@ def test_completions_send_the_records_rendered_prompt_and_neutral_penalties_only
     assert backend.reported_models == {"any-name-it-likes": 2}  # a server that answers under any name: the name it gave
 
 
+def test_a_server_that_refuses_unknown_fields_takes_fewer_penalties_and_an_unknown_one_is_refused():
+    from harness.backends.openai_api import completions_kwargs
+    from harness.errors import ConfigError
+
+    cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.api=completions",
+                   "backend.neutral_penalties=[frequency_penalty,presence_penalty]")  # transformers serve's set
+    req = make_plan(cfg)[0].request
+    kwargs = completions_kwargs("m", "PROMPT", req, {}, cfg.backend.neutral_penalties, stream=False)
+    assert kwargs["extra_body"] == {"frequency_penalty": 0.0, "presence_penalty": 0.0}
+    with pytest.raises(ConfigError, match="backend.neutral_penalties: unknown penalty 'repeat_last_n'"):
+        make_cfg("backend=openai", "backend.api_key_env=null", "backend.neutral_penalties=[repeat_last_n]")
+
+
 # --- bytes that are not UTF-8 (issue 41) ------------------------------------------------------------
 
 def test_invalid_utf8_in_a_200_keeps_the_answer_with_replacement_characters():

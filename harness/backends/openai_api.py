@@ -38,7 +38,8 @@ class Api(StrEnum):
     completions = "completions"  # /v1/completions with the prompt rendered here
 
 
-# llama.cpp's repeat_penalty and vLLM's repetition_penalty are 1.0 when off; OpenAI's two penalties 0.0
+# each penalty a server may apply by default, at its neutral value: OpenAI's two at 0.0, llama.cpp's
+# repeat_penalty and vLLM's repetition_penalty at 1.0
 NEUTRAL_PENALTIES = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repeat_penalty": 1.0, "repetition_penalty": 1.0}
 
 
@@ -48,14 +49,17 @@ class OpenAIBackendConfig(RemoteBackendConfig):
 
     name: str = "openai"
     api: Api = Api.chat
-    # api=completions, temperature 0: sent as they are, so a server's own default penalty cannot make greedy
-    # decoding something else; a server that refuses a field it does not know (transformers serve: 422)
-    # takes a smaller set, e.g. backend.neutral_penalties='{frequency_penalty: 0.0, presence_penalty: 0.0}'
-    neutral_penalties: dict[str, Any] = field(default_factory=lambda: dict(NEUTRAL_PENALTIES))
+    # api=completions, temperature 0: these penalties sent at their neutral values (NEUTRAL_PENALTIES), so a
+    # server's own default cannot make greedy decoding something else; a server that refuses a field it does
+    # not know (transformers serve: 422) takes fewer: backend.neutral_penalties=[frequency_penalty,presence_penalty]
+    neutral_penalties: list[str] = field(default_factory=lambda: list(NEUTRAL_PENALTIES))
     OPERATIONAL: ClassVar[frozenset[str]] = RemoteBackendConfig.OPERATIONAL
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        unknown = [p for p in self.neutral_penalties if p not in NEUTRAL_PENALTIES]
+        require(not unknown, "backend.neutral_penalties", f"unknown penalty {unknown[0] if unknown else ''!r}; known: "
+                f"{', '.join(NEUTRAL_PENALTIES)}")
         require(not (self.batch and self.stream), "backend.stream", "a batch API does not stream: set backend.stream=false")
 
     def identity(self) -> dict[str, Any]:
@@ -144,12 +148,12 @@ def responses_kwargs(model: str, req: Request, extra_body: dict[str, Any], strea
     return kwargs
 
 
-def completions_kwargs(model: str, prompt: str, req: Request, extra_body: dict[str, Any], neutral: dict[str, Any],
+def completions_kwargs(model: str, prompt: str, req: Request, extra_body: dict[str, Any], neutral: list[str],
                        stream: bool) -> dict[str, Any]:
     gen = req.generation
     kwargs: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": gen.max_new_tokens,
                               **sampling_kwargs(gen, True), "seed": req.seed}
-    extra = dict(neutral) if gen.greedy else {}
+    extra = {name: NEUTRAL_PENALTIES[name] for name in neutral} if gen.greedy else {}
     if gen.top_k and not gen.greedy:
         extra["top_k"] = gen.top_k
     if gen.min_p and not gen.greedy:
