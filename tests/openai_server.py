@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Iterator
 
+from harness.context.strategy import shared_prefix
 from tests.loopback import LoopbackServer, decide, digest, sse, tokens
 
 REASONING_TOKENS = {"minimal": 2, "low": 8, "medium": 16, "high": 32, "xhigh": 48}
@@ -50,7 +51,7 @@ class OpenAIServer(LoopbackServer):
         items = body["input"]
         keys = [digest(i) for i in items]
         with self.lock:
-            cached = max((_common(keys, seen) for seen in self.seen_inputs), default=0)
+            cached = max((shared_prefix(keys, seen) for seen in self.seen_inputs), default=0)
             self.seen_inputs.append(keys)
             self.n += 1
             n = self.n
@@ -212,11 +213,3 @@ class OpenAIServer(LoopbackServer):
                 "errors": errors, "metadata": batch["metadata"],
                 "request_counts": {"total": total, "completed": done, "failed": failed}}
 
-
-def _common(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -93,13 +93,20 @@ def request_kwargs(model: str, req: Request, chat_template_kwargs: dict[str, Any
         kwargs["tools"] = tools
     if gen.reasoning_effort:
         kwargs["reasoning_effort"] = gen.reasoning_effort
-    extra = dict(extra_body)
-    if gen.top_k and not gen.greedy:
-        extra["top_k"] = gen.top_k
-    if gen.min_p and not gen.greedy:
-        extra["min_p"] = gen.min_p
+    extra = {**extra_body, **sampled_extras(gen)}
     if chat_template_kwargs:
         extra["chat_template_kwargs"] = dict(chat_template_kwargs)
+    return with_body(kwargs, extra, stream)
+
+
+def sampled_extras(gen: GenerationSettings) -> dict[str, Any]:
+    """top_k and min_p where sampling uses them (an extra body: OpenAI's own API rejects them)."""
+    return {**({"top_k": gen.top_k} if gen.top_k and not gen.greedy else {}),
+            **({"min_p": gen.min_p} if gen.min_p and not gen.greedy else {})}
+
+
+def with_body(kwargs: dict[str, Any], extra: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """`kwargs` with the extra body and, when streaming, the usage asked for in the last chunk."""
     if extra:
         kwargs["extra_body"] = extra
     if stream:
@@ -153,18 +160,8 @@ def completions_kwargs(model: str, prompt: str, req: Request, extra_body: dict[s
     gen = req.generation
     kwargs: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": gen.max_new_tokens,
                               **sampling_kwargs(gen, True), "seed": req.seed}
-    extra = {name: NEUTRAL_PENALTIES[name] for name in neutral} if gen.greedy else {}
-    if gen.top_k and not gen.greedy:
-        extra["top_k"] = gen.top_k
-    if gen.min_p and not gen.greedy:
-        extra["min_p"] = gen.min_p
-    extra.update(extra_body)
-    if extra:
-        kwargs["extra_body"] = extra
-    if stream:
-        kwargs["stream"] = True
-        kwargs["stream_options"] = {"include_usage": True}
-    return kwargs
+    neutral_values = {name: NEUTRAL_PENALTIES[name] for name in neutral} if gen.greedy else {}
+    return with_body(kwargs, {**neutral_values, **sampled_extras(gen), **extra_body}, stream)
 
 
 def _get(obj: Any, name: str) -> Any:
