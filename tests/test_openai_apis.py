@@ -33,9 +33,10 @@ def test_new_settings_at_their_defaults_leave_sample_ids_and_backend_identity_as
     before = {"max_new_tokens": 256, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}  # the fields ids hashed so far
     assert gen.identity() == before and set(asdict(gen)) - set(before) == {"reasoning_effort", "thinking_budget"}
     assert set(make_cfg("backend=openai", "backend.api_key_env=null").backend.identity()) == {"name", "base_url", "served_model", "extra_body"}
-    base = [s.sample_id for s in make_plan(make_cfg())]
-    assert base == [s.sample_id for s in make_plan(make_cfg("model.generation.reasoning_effort=null"))]
-    assert not set(base) & {s.sample_id for s in make_plan(make_cfg("model.generation.reasoning_effort=high"))}
+    api = ["backend=openai", "backend.api_key_env=null"]
+    base = [s.sample_id for s in make_plan(make_cfg(*api))]
+    assert base == [s.sample_id for s in make_plan(make_cfg(*api, "model.generation.reasoning_effort=null"))]
+    assert not set(base) & {s.sample_id for s in make_plan(make_cfg(*api, "model.generation.reasoning_effort=high"))}
     assert make_cfg("backend=openai", "backend.api_key_env=null", "backend.api=responses").backend.identity()["api"] == "responses"
 
 
@@ -266,6 +267,14 @@ def test_a_batch_run_killed_after_submission_resumes_the_same_batch_and_matches_
     a, b = _records(tmp_path / "a"), _records(tmp_path / "b")
     assert len(a) == 24 and a == b
     assert all(r["batched"] and r["cost_usd"] is not None for r in a.values())
+
+
+def test_a_thinking_setting_no_backend_sends_is_refused_not_dropped():
+    from harness.errors import ConfigError
+
+    for backend in (["backend=hf"], ["backend=openai", "backend.api_key_env=null", "backend.api=completions"]):
+        with pytest.raises(ConfigError, match="model.generation.reasoning_effort: backend .* sends no thinking setting"):
+            make_cfg(*backend, "model.generation.reasoning_effort=low")
 
 
 def test_batch_mode_is_refused_for_rollouts_and_with_streaming():

@@ -33,6 +33,7 @@ answered with a 400, an error record.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from dataclasses import dataclass
@@ -75,6 +76,11 @@ class AnthropicBackendConfig(RemoteBackendConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(not (self.batch and self.stream), "backend.stream", "a batch API does not stream: set backend.stream=false")
+
+    def check_machine(self) -> None:
+        require(importlib.util.find_spec("anthropic") is not None, "backend", 'backend=anthropic needs the anthropic SDK: '
+                'pip install -e ".[anthropic]"')
+        super().check_machine()
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -62,6 +62,9 @@ class OpenAIBackendConfig(RemoteBackendConfig):
                 f"{', '.join(NEUTRAL_PENALTIES)}")
         require(not (self.batch and self.stream), "backend.stream", "a batch API does not stream: set backend.stream=false")
 
+    def takes_thinking_settings(self) -> bool:
+        return self.api != Api.completions  # /v1/completions has no field for them
+
     def identity(self) -> dict[str, Any]:
         """api and neutral_penalties only where they apply, so runs from before they existed keep their ids."""
         identity = super().identity()

@@ -69,6 +69,9 @@ class RemoteBackendConfig(BackendConfig):
         require(not (self.api_key_env and looks_like_secret(self.api_key_env)), "backend.api_key_env",  # the value is not repeated
                 "must be the NAME of the environment variable holding the key; the value looks like a key itself")
 
+    def takes_thinking_settings(self) -> bool:
+        return True
+
     def check_machine(self) -> None:
         if self.api_key_env:
             require(bool(os.environ.get(self.api_key_env)), "backend.api_key_env",

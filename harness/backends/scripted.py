@@ -53,6 +53,9 @@ class ScriptedBackendConfig(BackendConfig):
     def preflight(self) -> None:
         load_lines(self.path)  # every line checked before a run writes anything
 
+    def takes_thinking_settings(self) -> bool:
+        return True  # completions made elsewhere with them, graded here
+
     def identity(self) -> dict[str, Any]:
         # another completions file is another set of outputs (hashed as bytes: a file with invalid UTF-8 is
         # refused, naming its line, when the backend loads it, not here)

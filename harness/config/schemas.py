@@ -193,6 +193,12 @@ class BackendConfig:
 
     def check_machine(self) -> None:
         """Checks of files, packages or environment variables the backend needs (after composition)."""
+
+    def takes_thinking_settings(self) -> bool:
+        """Whether the backend sends model.generation.reasoning_effort / thinking_budget (an API that takes
+        them), or replays completions made with them; a local engine takes its template's own kwargs."""
+        return False
+
     def preflight(self) -> None:
         """Reading and checking the user's files a run will use, before it writes anything."""
 
@@ -337,6 +343,10 @@ class Config:
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        gen = self.model.generation
+        require((gen.reasoning_effort is None and gen.thinking_budget is None) or self.backend.takes_thinking_settings(),
+                "model.generation.reasoning_effort", f"backend {self.backend.name} sends no thinking setting (a local "
+                "template takes its own: model.chat_template_kwargs, e.g. reasoning_effort for gpt-oss, enable_thinking for Qwen3)")
         if self.experiment.mode == Mode.rollouts:
             require(not self.probe.attention, "probe.attention", "does not run in rollouts (experiment.mode=rollouts)")
             require(not self.run.retry_errors, "run.retry_errors",
