@@ -5,13 +5,12 @@ step, batches."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("anthropic", reason='backend=anthropic needs the anthropic SDK (pip install -e ".[anthropic]")')
 
-from harness.backends.anthropic_api import AnthropicBackend, CacheAt, mark_cache, parse_message, request_kwargs, to_messages, to_tools  # noqa: E402
+from harness.backends.anthropic_api import AnthropicBackend, CacheAt, mark_cache, request_kwargs, to_messages, to_tools  # noqa: E402
 from harness.context.calls import call_arguments  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 from harness.flow.plan import make_plan  # noqa: E402

@@ -16,7 +16,6 @@ prompt) is an error record at once, carrying the server's message, as is a 200 t
 """
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,7 +28,6 @@ from harness.errors import ConfigError
 from harness.render import chat_input, split_thinking, thinking_span
 from harness.types import Completion, GenerationSettings, Request
 
-log = logging.getLogger(__name__)
 
 
 class Api(StrEnum):
