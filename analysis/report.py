@@ -162,7 +162,8 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
             "degrees of freedom). `slope, truncated left out` is OLS without them: leaving them out selects on the "
             "outcome (the long thinkers at long contexts) and flattens the slope. Mean and median over episodes of the "
             f"samples that finished (each episode's mean / median over its replicates), mean with a 95% {stats.MEAN_NOTE}, "
-            "median with a distribution-free order-statistic interval.")
+            "median with a distribution-free order-statistic interval. Count from: the API's usage (`api`), the model's "
+            "own token ids (`counted`), or its visible text re-tokenized (`estimated`).")
     if unmeasured:
         text += (f" **Not measured** for {', '.join(f'`{c}`' for c in dict.fromkeys(unmeasured))}: no sample thought "
                  "(0 thinking tokens throughout), which is no evidence of a flat slope.")
@@ -172,7 +173,7 @@ def thinking_sections(df: pd.DataFrame) -> list[Section]:
     def shown(values: list[str]) -> list[str]:
         return [v if m or not c else "not measured" for v, m, c in zip(values, th["measured"], th["counted"])]
 
-    table = pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "n": th["n"], "episodes": th["episodes"],
+    table = pd.DataFrame({**{_head(k): th[k] for k in _keys(df, "condition")}, "count from": th["source"], "n": th["n"], "episodes": th["episodes"],
                           "truncated (censored)": th["censored"],
                           "mean [95% CI]": shown(ci(th["mean"], th["mean_low"], th["mean_high"], ".1f")),
                           "median [95% CI]": shown(ci(th["median"], th["median_low"], th["median_high"], ".1f")),

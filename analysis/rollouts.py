@@ -163,6 +163,7 @@ def cache(steps: pd.DataFrame) -> Section:
                      "steps reporting cache": len(reported),
                      "prompt tokens": int(prompt) if len(reported) else "n/a",
                      "cached prompt tokens": int(reported["cached_prompt_tokens"].sum()) if len(reported) else "n/a",
+                     "cache-write tokens": _written(reported),
                      "reused": f"{reported['cached_prompt_tokens'].sum() / prompt:.1%}" if len(reported) and prompt else "n/a",
                      "cost per step (USD)": "n/a" if cost.isna().any() else f"{cost.mean():.6f}",
                      "latency per step (s)": "n/a" if latency.isna().all() else f"{latency.mean():.2f}"})
@@ -171,8 +172,15 @@ def cache(steps: pd.DataFrame) -> Section:
                    "every k-th, on a change, at the limit; violations per rollout above). Prompt kept: the share of each prompt (rendered text, else roles, contents and calls) that its "
                    "rollout's previous prompt began with, steps after the first: what a prefix cache can reuse under "
                    "each strategy, from the prompts alone. Cached prompt tokens: as the engine or API reported them "
-                   "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`); n/a where the backend reports none "
-                   "(scripted).", pd.DataFrame(rows))
+                   "(hf prefix tree, vLLM prefix cache, OpenAI `cached_tokens`, Anthropic `cache_read_input_tokens`); "
+                   "n/a where the backend reports none (scripted). Cache-write tokens: prompt tokens the provider wrote to "
+                   "its cache (Anthropic `cache_creation_input_tokens`, billed above the input price); n/a where not reported.",
+                   pd.DataFrame(rows))
+
+
+def _written(steps: pd.DataFrame) -> str:
+    written = pd.to_numeric(steps["cache_write_tokens"], errors="coerce") if "cache_write_tokens" in steps else None
+    return "n/a" if written is None or written.isna().all() else str(int(written.sum()))
 
 
 def browser_samples(steps: pd.DataFrame) -> pd.DataFrame:

@@ -168,6 +168,18 @@ def thinks(g: pd.DataFrame) -> bool:
     return bool((g["thinking_tokens"].fillna(0) > 0).any())
 
 
+def thinking_sources(g: pd.DataFrame) -> str:
+    """Where a group's thinking counts came from (harness.types.Completion.thinking_tokens_source): `api`,
+    `counted` (the model's own token ids), `estimated` (visible text re-tokenized), with counts when mixed;
+    `unknown` for counts no record names a source for (records from before the field existed)."""
+    counted = g[g["thinking_tokens"].notna()]
+    if counted.empty:
+        return "n/a"
+    sources = (counted["thinking_tokens_source"] if "thinking_tokens_source" in counted else pd.Series(None, index=counted.index))
+    tally = sources.fillna("unknown").astype(str).value_counts()
+    return str(tally.index[0]) if len(tally) == 1 else ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
+
+
 THINKING_COLUMNS = ("mean", "mean_low", "mean_high", "median", "median_low", "median_high", "slope_per_1k",
                     "slope_low", "slope_high", "slope_p", "slope_left_out_per_1k")
 
@@ -178,14 +190,15 @@ def thinking(df: pd.DataFrame) -> pd.DataFrame:
     its interval from the cluster jackknife over episodes; beside it the slope with the truncated
     samples left out (what that selection on the outcome gives: too flat). Mean and median over
     episodes use the samples that finished (`n_finished`). A group whose model never thinks is
-    `measured` False, all NaN; `counted` is False where no record has a thinking count (unknown, not 0)."""
+    `measured` False, all NaN; `counted` is False where no record has a thinking count (unknown, not 0); `source` says where the
+    counts came from (`thinking_sources`)."""
     rows = []
     for key, g in _groups(df, ["run_label", "condition"]):
         ok = g[(g["label"] != "error") & g["thinking_tokens"].notna()]
         cut = censored_thinking(ok)
         kept = ok[~cut]
         measured = thinks(ok)
-        row = {**key, "measured": measured, "counted": len(ok) > 0, "n": len(ok), "censored": int(cut.sum()),
+        row = {**key, "measured": measured, "counted": len(ok) > 0, "source": thinking_sources(ok), "n": len(ok), "censored": int(cut.sum()),
                "n_finished": len(kept), "episodes": ok["episode_id"].nunique(), **dict.fromkeys(THINKING_COLUMNS, math.nan)}
         if measured:
             per_episode = kept.groupby("episode_id", sort=False)["thinking_tokens"]

@@ -85,7 +85,8 @@ class Registry(Generic[T]):
 BACKENDS: Registry = Registry("backend", base="harness.backends:Backend")
 for _name, _ref in {"hf": "harness.backends.hf:HFBackend", "vllm": "harness.backends.vllm:VLLMBackend",
                     "openai": "harness.backends.openai_api:OpenAIBackend",
-                    "scripted": "harness.backends.scripted:ScriptedBackend"}.items():
+                    "scripted": "harness.backends.scripted:ScriptedBackend",
+                    "anthropic": "harness.backends.anthropic_api:AnthropicBackend"}.items():
     BACKENDS.lazy(_name, _ref)
 
 FAMILIES: Registry = Registry("scenario family", base="scenarios.family:Family")

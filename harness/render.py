@@ -154,3 +154,10 @@ def count_thinking(token_ids: list[int], reasoning: str, think_end_id: int | Non
     if think_end_id is not None and reasoning:
         return len(token_ids)
     return len(encode(reasoning)) if reasoning else 0
+
+
+def thinking_source(token_ids: list[int], reasoning: str, think_end_id: int | None) -> str:
+    """Where `count_thinking`'s number comes from: the model's own token ids (`counted`: through its
+    `</think>` token, all of them when cut off while thinking, none when it did not think), or its
+    reasoning text re-tokenized (`estimated`: a vocabulary without a `</think>` token)."""
+    return "estimated" if reasoning and think_end_id is None else "counted"

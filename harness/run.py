@@ -69,6 +69,7 @@ def execute(cfg: Config, resolved: dict[str, Any], run_dir: Path, backend: Backe
             session = stages.start_session(run, len(plan), len(pending.active))
             stages.record_rollouts(run, pending.unrecorded)  # killed after a rollout's last step, before its record
             if pending.active:
+                loaded.attach(run.job_dir)
                 run_rounds(run, plan, pending, loaded, round_settings(cfg), cfg.probe)
         session["finished_at"] = manifest.now()
         run.write_manifest(session)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Optional
 
 from harness.errors import require
 
@@ -69,6 +69,14 @@ class Episode:
     guarded_from: int = 0
 
 
+# every effort level a provider names (OpenAI's reasoning.effort, Anthropic's output_config.effort);
+# which a model takes is the API's to say (a 400 names it)
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+THINKING_CONTROLS = ("reasoning_effort", "thinking_budget")
+# where a thinking count comes from (Completion.thinking_tokens_source)
+THINKING_SOURCES = ("api", "counted", "estimated")
+
+
 @dataclass
 class GenerationSettings:
     """Provider-neutral decoding settings (the schema of `model.generation`); temperature 0 means greedy."""
@@ -78,6 +86,11 @@ class GenerationSettings:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     min_p: float = 0.0
+    # how hard a reasoning model thinks, as its API names the level (OpenAI: none..xhigh; Anthropic: low..max);
+    # null: the API's default. Sent as the model preset's thinking_control says (harness.config.schemas)
+    reasoning_effort: Optional[str] = None
+    # a thinking budget in tokens, for APIs that take one (Anthropic's manual extended thinking); null: none sent
+    thinking_budget: Optional[int] = None
 
     def __post_init__(self) -> None:
         require(self.max_new_tokens >= 1, "model.generation.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
@@ -85,6 +98,15 @@ class GenerationSettings:
         require(0 < self.top_p <= 1, "model.generation.top_p", f"must be in (0, 1], got {self.top_p}")
         require(self.top_k >= 0, "model.generation.top_k", f"must be >= 0, got {self.top_k}")
         require(0 <= self.min_p < 1, "model.generation.min_p", f"must be in [0, 1), got {self.min_p}")
+        require(self.reasoning_effort is None or self.reasoning_effort in EFFORTS, "model.generation.reasoning_effort",
+                f"must be one of {', '.join(EFFORTS)} or null, got {self.reasoning_effort!r}")
+        require(self.thinking_budget is None or self.thinking_budget >= 1, "model.generation.thinking_budget",
+                f"must be >= 1 or null, got {self.thinking_budget}")
+
+    def identity(self) -> dict[str, Any]:
+        """The settings as sample ids and run fingerprints hash them: the thinking controls only when
+        set, so every id from before they existed stays as it was."""
+        return {k: v for k, v in asdict(self).items() if k not in THINKING_CONTROLS or v is not None}
 
     @property
     def greedy(self) -> bool:
@@ -131,6 +153,12 @@ class Completion:
     # the generated token ids, where the backend has them: the attention probe replays these, not a
     # re-tokenization of the decoded text (which can split differently); not stored in records
     token_ids: list[int] | None = None
+    # where thinking_tokens came from: "api" (the server's usage), "counted" (the model's own token ids),
+    # "estimated" (visible text re-tokenized); None where the count is unknown
+    thinking_tokens_source: str | None = None
+    cache_write_tokens: int | None = None  # prompt tokens written to a provider's cache (billed apart)
+    request_id: str | None = None  # the provider's id of the request (for support and billing questions)
+    batched: bool = False  # answered through a provider's batch API: billed at its batch prices
 
 
 @dataclass
@@ -187,6 +215,10 @@ class Record(Arm):
     # probe.propensity: log-probabilities of the scenario's candidate next actions (harness.measure.propensity)
     propensity: dict[str, Any] | None = None
     batch_latency_s: float | None = None  # see Completion.batch_latency_s
+    thinking_tokens_source: str | None = None  # see Completion.thinking_tokens_source
+    cache_write_tokens: int | None = None  # see Completion.cache_write_tokens
+    request_id: str | None = None  # see Completion.request_id
+    batched: bool = False  # see Completion.batched
     # the rollout this call is a step of (schema 2): one record per model call in every run
     rollout_id: str = ""
     turn: int = 0  # 0: the episode's own user turn; each press of the user starts the next

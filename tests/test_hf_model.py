@@ -35,7 +35,7 @@ def test_tiny_grid_end_to_end(tmp_path: Path):
     prompts = {p["prompt_sha256"]: p for p in map(json.loads, (run_dir / "prompts.jsonl").read_text().splitlines())}
     for r in records:
         assert not r["scripted"] and r["error"] is None and r["backend"] == "hf"
-        assert 1 <= r["completion_tokens"] <= 8 and r["thinking_tokens"] == 0
+        assert 1 <= r["completion_tokens"] <= 8 and r["thinking_tokens"] == 0 and r["thinking_tokens_source"] == "counted"
         assert r["answer_tokens"] == r["completion_tokens"] and r["prompt_tokens"] > 300 and r["latency_s"] > 0
         assert r["label"] in ("violated", "complied", "refused", "other", "truncated")
         assert r["label"] != "truncated" or r["finish_reason"] == "length"  # only a cut completion is truncated

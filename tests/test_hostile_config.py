@@ -139,7 +139,7 @@ TYPOS = [
     (["scenario.episodes_per_cel=1"], "scenario.episodes_per_cel: unknown key (did you mean scenario.episodes_per_cell?); "
                                       "scenario keys: action, call_results, calls_made, "),
     (["condition=[none,status_tial]"], "condition=status_tial: no such option (did you mean status_tail or "),
-    (["model=smollm"], "model=smollm: no such option (did you mean smollm2-135m?); model options: deepseek-v3.1, "),
+    (["model=smollm"], "model=smollm: no such option (did you mean smollm2-135m?); model options: claude-haiku-4.5, "),
 ]
 
 

@@ -151,6 +151,35 @@ def test_grid_through_transformers_serve(served_smollm2, tmp_path, stream, monke
     assert "STATUSBENCH_TEST_KEY" in (run_dir / ".hydra" / "config.yaml").read_text()
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("api", ["completions", "responses"])
+def test_rendered_prompt_and_responses_api_through_transformers_serve(served_smollm2, tmp_path, api):
+    """The two other endpoints against a real server: /v1/completions gets the very prompt the hf
+    backend renders (transformers serve refuses unknown fields, so only OpenAI's two penalties go)."""
+    from transformers import AutoTokenizer
+
+    from harness.run import first_steps
+    from harness.render import PromptRenderer
+
+    proc = run_cli("backend=openai", f"backend.api={api}", f"backend.base_url={served_smollm2['base_url']}",
+                   f"backend.served_model={served_smollm2['model_path']}", "backend.api_key_env=null",
+                   "backend.neutral_penalties=[frequency_penalty,presence_penalty]", f"run.root={tmp_path}", *GRID)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = [p for p in (tmp_path / "status_ablation").iterdir() if p.is_dir()]
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    prompts = {p["prompt_sha256"]: p for p in map(json.loads, (run_dir / "prompts.jsonl").read_text().splitlines())}
+    render = PromptRenderer(AutoTokenizer.from_pretrained(served_smollm2["model_path"]), make_cfg().model)
+    requests = {(s.request.episode_id, s.condition): s.request for s in first_steps(make_cfg(*GRID))}
+    for r in records:
+        assert r["error"] is None and r["text"] and 1 <= r["completion_tokens"] <= 4
+        req = requests[r["episode_id"], r["condition"]]
+        if api == "completions":  # the hf backend's prompt, sent as the server's prompt
+            assert prompts[r["prompt_sha256"]]["rendered"] == render(req.messages, req.tools)
+            assert r["thinking_tokens_source"] == "estimated"
+        else:
+            assert r["thinking_tokens_source"] == "api"
+
+
 def _sse_backend(chunks: list[dict]):
     import httpx2
 

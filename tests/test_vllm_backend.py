@@ -78,6 +78,13 @@ def test_parse_output_counts_thinking_cached_and_each_sequence():
     plain = parse_output(SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(text="Hi", token_ids=[7], finish_reason="stop")]),
                          split_thinking, None, _encode, "P", 0.1)[0]
     assert (plain.thinking_tokens, plain.answer_tokens, plain.cached_prompt_tokens) == (0, 1, None)
+    # where the count came from: the model's own ids (its </think>, or no thinking at all); a vocabulary
+    # without </think> re-tokenizes the reasoning text
+    assert {first.thinking_tokens_source, second.thinking_tokens_source, plain.thinking_tokens_source} == {"counted"}
+    guessed = parse_output(SimpleNamespace(prompt_token_ids=[1], outputs=[SimpleNamespace(text="<think>a b</think>c", token_ids=[7, 8, 9],
+                                                                                          finish_reason="stop")]),
+                           split_thinking, None, _encode, "P", 0.1)[0]
+    assert guessed.thinking_tokens_source == "estimated"
 
 
 class FakeTokenizer:

@@ -8,6 +8,7 @@ package (which imports every backend module to fill the registry) stays fast.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness.config.schemas import BackendConfig, ModelConfig
@@ -26,6 +27,10 @@ class Backend:
 
     def describe(self) -> dict[str, Any]:
         return {}
+
+    def attach(self, job_dir: Path) -> None:
+        """Called once the run is open, with the directory the job writes (a backend that keeps state
+        there, such as the batch ids of backend.batch=true, remembers it)."""
 
     def hf_weights(self) -> Any:
         """The backend itself where it holds HF weights and a tokenizer that the attention probe

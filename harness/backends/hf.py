@@ -12,7 +12,7 @@ from harness.engine.decode import PrefixDecoder
 from harness.errors import ConfigError
 from harness.measure.propensity import Encoded, after_thinking, encode, no_after_thinking, summarize
 from harness.models import sources
-from harness.render import PromptRenderer, count_thinking, split_thinking
+from harness.render import PromptRenderer, count_thinking, split_thinking, thinking_source
 from harness.types import Completion, GenerationSettings, Request
 
 
@@ -173,7 +173,7 @@ class HFBackend(Backend):
         return Completion(text=text, reasoning=reasoning, prompt_text=prompt_text, prompt_tokens=len(prompt_ids),
                           cached_prompt_tokens=d.cached, completion_tokens=len(tokens), thinking_tokens=thinking,
                           answer_tokens=max(len(tokens) - thinking, 0), latency_s=d.latency, batch_latency_s=d.batch_latency,
-                          finish_reason=d.finish,
+                          finish_reason=d.finish, thinking_tokens_source=thinking_source(body, reasoning, self.think_end_id),
                           token_ids=list(body))
 
 

@@ -1,95 +1,112 @@
-"""Any OpenAI-compatible chat-completions server: vllm serve, transformers serve, frontier APIs.
+"""Any OpenAI-compatible server: vllm serve, transformers serve, llama.cpp's server, OpenAI's own API.
 
-Requests of a batch run concurrently (bounded by backend.concurrency). Retries with exponential
-backoff and jitter on 408/409/429/5xx, timeouts and dropped connections are the openai client's own
-(backend.max_retries); what still fails, and any 400 at once (e.g. a template that rejects the
-prompt), becomes an error record carrying the server's message, as does a 200 that is not a chat
-completion or a request past its overall deadline (timeout_s x (max_retries + 1)). The API key is
-read from the environment variable named by backend.api_key_env, lives only inside the client
-object, and is redacted (any 12 consecutive characters of it) from every text the server returns:
-content, reasoning, tool calls, finish reason and error bodies, before anything stores or prints them.
-Lone surrogates in those texts become U+FFFD (harness.io.text).
+`backend.api` picks the endpoint:
+- `chat` (default): /v1/chat/completions; the server renders its own chat template.
+- `responses`: OpenAI's Responses API (/v1/responses): tool calls and their results as `function_call` /
+  `function_call_output` items, reasoning effort as `reasoning.effort`, reasoning and cached tokens from
+  its usage, the reasoning summary kept as the record's reasoning.
+- `completions`: /v1/completions with the prompt the hf backend's record holds (the model's tokenizer
+  renders its chat template here, harness.render), for servers that render templates their own way
+  (llama.cpp's double-encodes Qwen's call arguments); at temperature 0 the penalties in
+  backend.neutral_penalties go out explicitly neutral (llama.cpp applies repeat_penalty 1.1 by default).
+
+Requests of a batch run concurrently (bounded by backend.concurrency); retries, deadline, size cap,
+redaction and error records are harness.backends.remote's. A 400 (e.g. a template that rejects the
+prompt) is an error record at once, carrying the server's message, as is a 200 that is not an answer.
 """
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
 import time
-from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Optional
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Callable, ClassVar
 
-from harness.backends import Backend
-from harness.config.schemas import BackendConfig, ModelConfig, require
-from harness.engine.prefix import prefix_key, prefix_order
-from harness.io.secrets import looks_like_secret, redact
-from harness.io.text import map_strings, whole_chars
-from harness.io.validate import token_count
-from harness.render import chat_input, split_thinking
+from harness.backends.remote import RemoteBackend, RemoteBackendConfig, usage_counts
+from harness.config.schemas import ModelConfig, require
+from harness.errors import ConfigError
+from harness.render import chat_input, split_thinking, thinking_span
 from harness.types import Completion, GenerationSettings, Request
 
-log = logging.getLogger(__name__)
+
+
+class Api(StrEnum):
+    chat = "chat"  # /v1/chat/completions
+    responses = "responses"  # /v1/responses (OpenAI's Responses API)
+    completions = "completions"  # /v1/completions with the prompt rendered here
+
+
+# each penalty a server may apply by default, at its neutral value: OpenAI's two at 0.0, llama.cpp's
+# repeat_penalty and vLLM's repetition_penalty at 1.0
+NEUTRAL_PENALTIES = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repeat_penalty": 1.0, "repetition_penalty": 1.0}
 
 
 @dataclass
-class OpenAIBackendConfig(BackendConfig):
-    """Any OpenAI-compatible chat-completions server (vllm serve, transformers serve, frontier APIs)."""
+class OpenAIBackendConfig(RemoteBackendConfig):
+    """Any OpenAI-compatible server (vllm serve, transformers serve, llama.cpp, OpenAI's API)."""
 
     name: str = "openai"
-    base_url: str = "http://127.0.0.1:8000/v1"
-    served_model: Optional[str] = None  # the server's model name; null = model.path, else model.name
-    # name of the environment variable holding the key; the key itself never enters the config
-    api_key_env: Optional[str] = "OPENAI_API_KEY"
-    concurrency: int = 8  # requests in flight at once
-    max_retries: int = 5  # openai client's own exponential backoff with jitter on 408/409/429/5xx/timeouts
-    timeout_s: float = 300.0
-    stream: bool = False  # on: time to first token is measured
-    # a response's decoded body (a stream's included) past this many bytes is an error record, not read on:
-    # memory stays bounded against a gzip bomb; 32 MB holds a streamed answer of ~100k tokens
-    max_response_bytes: int = 32_000_000
-    extra_body: dict[str, Any] = field(default_factory=dict)  # provider-specific request fields
-    # a 3xx to another scheme, host or port would send the prompts there: refused unless set
-    allow_cross_host_redirects: bool = False
-    # transport only: base_url, served_model and extra_body decide the outputs and are identity
-    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"api_key_env", "concurrency", "max_retries", "timeout_s", "stream",
-                                                     "max_response_bytes", "allow_cross_host_redirects"})
+    api: Api = Api.chat
+    # api=completions, temperature 0: these penalties sent at their neutral values (NEUTRAL_PENALTIES), so a
+    # server's own default cannot make greedy decoding something else; a server that refuses a field it does
+    # not know (transformers serve: 422) takes fewer: backend.neutral_penalties=[frequency_penalty,presence_penalty]
+    neutral_penalties: list[str] = field(default_factory=lambda: list(NEUTRAL_PENALTIES))
+    OPERATIONAL: ClassVar[frozenset[str]] = RemoteBackendConfig.OPERATIONAL
 
     def __post_init__(self) -> None:
-        require(self.base_url.startswith(("http://", "https://")), "backend.base_url", f"must be an http(s) URL, got {self.base_url!r}")
-        require(self.concurrency >= 1, "backend.concurrency", f"must be >= 1, got {self.concurrency}")
-        require(self.max_retries >= 0, "backend.max_retries", f"must be >= 0, got {self.max_retries}")
-        require(self.timeout_s > 0, "backend.timeout_s", f"must be > 0, got {self.timeout_s}")
-        require(self.max_response_bytes >= 1, "backend.max_response_bytes", f"must be >= 1, got {self.max_response_bytes}")
-        require(not (self.api_key_env and looks_like_secret(self.api_key_env)), "backend.api_key_env",  # the value is not repeated
-                "must be the NAME of the environment variable holding the key; the value looks like a key itself")
+        super().__post_init__()
+        unknown = [p for p in self.neutral_penalties if p not in NEUTRAL_PENALTIES]
+        require(not unknown, "backend.neutral_penalties", f"unknown penalty {unknown[0] if unknown else ''!r}; known: "
+                f"{', '.join(NEUTRAL_PENALTIES)}")
+        require(not (self.batch and self.stream), "backend.stream", "a batch API does not stream: set backend.stream=false")
 
-    def check_machine(self) -> None:
-        if self.api_key_env:
-            require(bool(os.environ.get(self.api_key_env)), "backend.api_key_env",
-                    f"environment variable {self.api_key_env} is not set (or set backend.api_key_env=null for a server without keys)")
+    def takes_thinking_settings(self) -> bool:
+        return self.api != Api.completions  # /v1/completions has no field for them
+
+    def identity(self) -> dict[str, Any]:
+        """api and neutral_penalties only where they apply, so runs from before they existed keep their ids."""
+        identity = super().identity()
+        if self.api == Api.chat:
+            del identity["api"]
+        if self.api != Api.completions:
+            del identity["neutral_penalties"]
+        return identity
+
+
+def sampling_kwargs(gen: GenerationSettings, sampling: bool) -> dict[str, Any]:
+    """temperature and top_p as every endpoint takes them; none for a model whose API refuses them
+    (ModelConfig.sampling_params, whose settings then equal the API's own)."""
+    if not sampling:
+        return {}
+    return {"temperature": gen.temperature, **({"top_p": gen.top_p} if gen.top_p < 1.0 else {})}
 
 
 def request_kwargs(model: str, req: Request, chat_template_kwargs: dict[str, Any], extra_body: dict[str, Any],
-                   stream: bool, hermes: bool = False) -> dict[str, Any]:
+                   stream: bool, hermes: bool = False, sampling: bool = True) -> dict[str, Any]:
     """The chat.completions.create arguments for one request. Only non-default top_k/min_p go out
     (in extra_body), since OpenAI's own API rejects them while vLLM and transformers serve accept them.
     With `hermes` (model.tool_format=hermes) tool traffic goes as text, for served templates without tools."""
     gen: GenerationSettings = req.generation
     messages, tools = chat_input(req.messages, req.tools, native=not hermes)  # the server renders its own template
     kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": gen.max_new_tokens,
-                              "temperature": gen.temperature, "seed": req.seed}
-    if gen.top_p < 1.0:
-        kwargs["top_p"] = gen.top_p
+                              **sampling_kwargs(gen, sampling), "seed": req.seed}
     if tools:
         kwargs["tools"] = tools
-    extra = dict(extra_body)
-    if gen.top_k and not gen.greedy:
-        extra["top_k"] = gen.top_k
-    if gen.min_p and not gen.greedy:
-        extra["min_p"] = gen.min_p
+    if gen.reasoning_effort:
+        kwargs["reasoning_effort"] = gen.reasoning_effort
+    extra = {**extra_body, **sampled_extras(gen)}
     if chat_template_kwargs:
         extra["chat_template_kwargs"] = dict(chat_template_kwargs)
+    return with_body(kwargs, extra, stream)
+
+
+def sampled_extras(gen: GenerationSettings) -> dict[str, Any]:
+    """top_k and min_p where sampling uses them (an extra body: OpenAI's own API rejects them)."""
+    return {**({"top_k": gen.top_k} if gen.top_k and not gen.greedy else {}),
+            **({"min_p": gen.min_p} if gen.min_p and not gen.greedy else {})}
+
+
+def with_body(kwargs: dict[str, Any], extra: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """`kwargs` with the extra body and, when streaming, the usage asked for in the last chunk."""
     if extra:
         kwargs["extra_body"] = extra
     if stream:
@@ -98,63 +115,119 @@ def request_kwargs(model: str, req: Request, chat_template_kwargs: dict[str, Any
     return kwargs
 
 
+def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as Responses input items: each call an item of its own (`function_call`), each
+    result a `function_call_output` naming the call it answers."""
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        role, content = m["role"], m.get("content") or ""
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id") or "", "output": content})
+            continue
+        if content or not m.get("tool_calls"):
+            items.append({"role": role, "content": content})
+        for c in m.get("tool_calls") or []:
+            items.append({"type": "function_call", "call_id": c.get("id") or "", "name": c["function"]["name"],
+                          "arguments": c["function"]["arguments"]})
+    return items
+
+
+def responses_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat tool schemas (`{"type": "function", "function": {...}}`) as the Responses API takes them (flat)."""
+    return [{"type": "function", **t["function"]} for t in tools]
+
+
+def responses_kwargs(model: str, req: Request, extra_body: dict[str, Any], stream: bool, sampling: bool = True,
+                     thinking: bool = False) -> dict[str, Any]:
+    """The responses.create arguments; a thinking model (or a set effort) asks for the reasoning summary,
+    the only thinking text the API returns."""
+    gen = req.generation
+    kwargs: dict[str, Any] = {"model": model, "input": responses_input(req.messages), "max_output_tokens": gen.max_new_tokens,
+                              **sampling_kwargs(gen, sampling), "store": False}
+    if req.tools:
+        kwargs["tools"] = responses_tools(req.tools)
+    if gen.reasoning_effort or thinking:
+        kwargs["reasoning"] = {"summary": "auto", **({"effort": gen.reasoning_effort} if gen.reasoning_effort else {})}
+    if extra_body:
+        kwargs["extra_body"] = dict(extra_body)
+    if stream:
+        kwargs["stream"] = True
+    return kwargs
+
+
+def completions_kwargs(model: str, prompt: str, req: Request, extra_body: dict[str, Any], neutral: list[str],
+                       stream: bool) -> dict[str, Any]:
+    gen = req.generation
+    kwargs: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": gen.max_new_tokens,
+                              **sampling_kwargs(gen, True), "seed": req.seed}
+    neutral_values = {name: NEUTRAL_PENALTIES[name] for name in neutral} if gen.greedy else {}
+    return with_body(kwargs, {**neutral_values, **sampled_extras(gen), **extra_body}, stream)
+
+
 def _get(obj: Any, name: str) -> Any:
-    """A field of a pydantic response object, including extras the schema does not declare
+    """A field of a pydantic response object (or a dict), including extras the schema does not declare
     (reasoning_content / reasoning are vLLM and DeepSeek extensions)."""
     if obj is None:
         return None
+    if isinstance(obj, dict):
+        return obj.get(name)
     value = getattr(obj, name, None)
     if value is None and getattr(obj, "model_extra", None):
         value = obj.model_extra.get(name)
     return value
 
 
-def _usage_fields(usage: Any) -> dict[str, int | None]:
-    """Token counts of a response's usage. The client does not validate what the server sent: when
-    one is not a count (a string, a bool, a float, negative) or they contradict each other (more
-    cached than prompt tokens, more reasoning than completion tokens), every count of the sample is
-    unknown (None), never a wrong number; the answer itself is kept."""
-    fields = {"prompt_tokens": _get(usage, "prompt_tokens"),
-              "cached_prompt_tokens": _get(_get(usage, "prompt_tokens_details"), "cached_tokens"),
-              "completion_tokens": _get(usage, "completion_tokens"),
-              "reasoning_tokens": _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")}
-    counts, bad = {}, []
-    for k, v in fields.items():
-        try:
-            counts[k] = token_count(v, k)
-        except ValueError:
-            bad.append(f"usage.{k} is not a token count")  # the value is not logged: it is the server's text
-    for part, whole, name in (("cached_prompt_tokens", "prompt_tokens", "cached"), ("reasoning_tokens", "completion_tokens", "reasoning")):
-        if None not in (counts.get(part), counts.get(whole)) and counts[part] > counts[whole]:
-            bad.append(f"{counts[part]} {name} tokens exceed the {counts[whole]} {whole.replace('_', ' ')}")
-    if bad:
-        log.warning("a response's usage is invalid (%s): this sample's token counts are unknown", "; ".join(bad))
-        return dict.fromkeys(fields)
-    return counts
+# a part larger than its whole makes every count of the sample unknown (remote.usage_counts)
+PARTS = (("cached_prompt_tokens", "prompt_tokens", "cached"), ("cache_write_tokens", "prompt_tokens", "cache-write"),
+         ("reasoning_tokens", "completion_tokens", "reasoning"))
 
 
-def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
-                  finish_reason: str | None, latency: float, ttft: float | None) -> Completion:
-    """Shape one response (assembled from a stream or not) into a Completion.
+def _usage_fields(usage: Any, prompt: str = "prompt_tokens", completion: str = "completion_tokens") -> dict[str, int | None]:
+    """A usage's prompt, cached, cache-write, completion and reasoning tokens; chat and text completions
+    name them prompt/completion, the Responses API input/output (`prompt`, `completion`)."""
+    prompt_details = _get(usage, f"{prompt}_details")
+    return usage_counts({"prompt_tokens": _get(usage, prompt),
+                         "cached_prompt_tokens": _get(prompt_details, "cached_tokens"),
+                         "cache_write_tokens": _get(prompt_details, "cache_write_tokens"),  # OpenAI bills cache writes since GPT-5.6
+                         "completion_tokens": _get(usage, completion),
+                         "reasoning_tokens": _get(_get(usage, f"{completion}_details"), "reasoning_tokens")}, PARTS)
 
-    A server that returns thinking inline gets it split from the `<think>` block; `text` keeps what
-    the server returned as content so grading sees the same answer the server gave."""
-    u = _usage_fields(usage)
+
+def shaped(content: str, reasoning: str, tool_calls: list[dict[str, Any]], u: dict[str, int | None],
+           finish_reason: str | None, latency: float, ttft: float | None, **fields: Any) -> Completion:
+    """One answer as a Completion. A server that returns thinking inline gets it split from the
+    `<think>` block; `text` keeps what the server returned as content so grading sees the same answer
+    the server gave. The thinking count is the usage's (`api`); where the usage has none and no thinking
+    was returned, 0 read off the visible answer (`estimated`); else unknown."""
     if not reasoning:
         reasoning = split_thinking(content)[0]
-    thinking = u["reasoning_tokens"]
-    if thinking is None and u["completion_tokens"] is not None and not reasoning:
-        thinking = 0  # nothing was reasoned, so every completion token is answer
+    thinking, source = u["reasoning_tokens"], "api"
+    if thinking is None:
+        source = None
+        if u["completion_tokens"] is not None and not reasoning:
+            thinking, source = 0, "estimated"  # nothing was reasoned in what came back: every token is answer
     answer = u["completion_tokens"] - thinking if u["completion_tokens"] is not None and thinking is not None else None
     return Completion(text=content, reasoning=reasoning, tool_calls=tool_calls, prompt_tokens=u["prompt_tokens"],
                       cached_prompt_tokens=u["cached_prompt_tokens"], completion_tokens=u["completion_tokens"],
                       thinking_tokens=thinking, answer_tokens=answer, latency_s=latency, finish_reason=finish_reason,
-                      ttft_s=ttft)
+                      ttft_s=ttft, thinking_tokens_source=source, cache_write_tokens=u["cache_write_tokens"], **fields)
+
+
+def to_completion(content: str, reasoning: str, tool_calls: list[dict[str, Any]], usage: Any,
+                  finish_reason: str | None, latency: float, ttft: float | None, **fields: Any) -> Completion:
+    """A chat completion (assembled from a stream or not) as a Completion (`shaped`)."""
+    return shaped(content, reasoning, tool_calls, _usage_fields(usage), finish_reason, latency, ttft, **fields)
+
+
+def request_id(resp: Any) -> str | None:
+    """The provider's id of a request: its request-id header where the SDK kept it, else the response's id."""
+    rid = getattr(resp, "_request_id", None) or _get(resp, "id")
+    return rid if isinstance(rid, str) else None
 
 
 def _call_dict(call: Any) -> dict[str, Any]:
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.function.name, "arguments": call.function.arguments}}
+    fn = _get(call, "function")
+    return {"id": _get(call, "id"), "type": "function", "function": {"name": _get(fn, "name"), "arguments": _get(fn, "arguments")}}
 
 
 def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[Any]) -> None:
@@ -168,169 +241,167 @@ def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[Any]) 
             call["function"]["arguments"] += d.function.arguments or ""
 
 
-def describe_error(exc: Exception) -> str:
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.body if exc.body is not None else exc.response.text
-        return f"http {exc.status_code}: {body}"
-    return f"{type(exc).__name__}: {exc}"
+def _string(value: Any, what: str) -> str:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    return value or ""
 
 
-class RedirectRefused(Exception):
-    """A server's redirect to another origin, refused (backend.allow_cross_host_redirects=false)."""
-
-
-async def refuse_cross_host_redirect(response: Any) -> None:
-    """httpx response hook: the openai client follows redirects, so a redirect to another scheme,
-    host or port is stopped here, before the request (the prompts) is sent there."""
-    if not response.has_redirect_location:
-        return
-    here = response.request.url
-    there = here.join(response.headers["location"])
-    if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
-        raise RedirectRefused(f"http {response.status_code}: the server redirects to another host "
-                              f"({there.scheme}://{there.host}{':' + str(there.port) if there.port else ''}); refused "
-                              "(backend.allow_cross_host_redirects=true to follow it)")
+def _first_choice(resp: Any, kind: str, clean: Callable[[str], str]) -> Any:
+    choices = _get(resp, "choices") if not isinstance(resp, (str, bytes)) else None
+    if not isinstance(choices, list):
+        raise ValueError(f"response is not a {kind}: {clean(str(resp))[:200]!r}")
+    if not choices:
+        raise ValueError("response has no choices")
+    return choices[0]
 
 
 def parse_response(resp: Any, latency: float, clean: Callable[[str], str] = str) -> Completion:
-    """A non-streamed response as a Completion; ValueError when the server's 200 is not a chat
-    completion (an HTML page, `message: null`, usage as strings), so only this sample fails. Its
-    body is quoted `clean`ed (redacted) first, then cut: a cut first would leave part of a key."""
-    choices = _get(resp, "choices") if not isinstance(resp, (str, bytes)) else None
-    if not isinstance(choices, list):
-        raise ValueError(f"response is not a chat completion: {clean(str(resp))[:200]!r}")
-    if not choices:
-        raise ValueError("response has no choices")
-    choice = choices[0]
+    """A non-streamed chat completion as a Completion; ValueError when the server's 200 is not one (an
+    HTML page, `message: null`), so only this sample fails. Its body is quoted `clean`ed (redacted)
+    first, then cut: a cut first would leave part of a key."""
+    choice = _first_choice(resp, "chat completion", clean)
     msg = _get(choice, "message")
     if msg is None:
         raise ValueError("response choice has no message")
-    content = _get(msg, "content")
-    if content is not None and not isinstance(content, str):
-        raise ValueError(f"message.content must be a string, got {type(content).__name__}")
-    reasoning = _get(msg, "reasoning_content") or _get(msg, "reasoning") or ""
-    if not isinstance(reasoning, str):
-        raise ValueError(f"message reasoning must be a string, got {type(reasoning).__name__}")
-    return to_completion(content or "", reasoning, [_call_dict(c) for c in _get(msg, "tool_calls") or []],
-                         _get(resp, "usage"), _get(choice, "finish_reason"), latency, None)
+    content = _string(_get(msg, "content"), "message.content")
+    reasoning = _string(_get(msg, "reasoning_content") or _get(msg, "reasoning"), "message reasoning")
+    return to_completion(content, reasoning, [_call_dict(c) for c in _get(msg, "tool_calls") or []],
+                         _get(resp, "usage"), _get(choice, "finish_reason"), latency, None, request_id=request_id(resp))
 
 
-class OpenAIBackend(Backend):
+def parse_text_completion(resp: Any, latency: float, count: Callable[[str], int], clean: Callable[[str], str] = str) -> Completion:
+    """A /v1/completions answer. Its thinking, where the text holds a `<think>` block, is counted by
+    re-tokenizing that block with the model's tokenizer (`estimated`: the server returns no ids)."""
+    choice = _first_choice(resp, "text completion", clean)
+    text = _string(_get(choice, "text"), "choices[0].text")
+    u = _usage_fields(_get(resp, "usage"))
+    c = to_completion(text, "", [], _get(resp, "usage"), _get(choice, "finish_reason"), latency, None, request_id=request_id(resp))
+    if u["completion_tokens"] is not None:
+        thinking = min(count(thinking_span(text)), u["completion_tokens"])
+        c.thinking_tokens, c.answer_tokens, c.thinking_tokens_source = thinking, u["completion_tokens"] - thinking, "estimated"
+    return c
+
+
+def parse_responses(resp: Any, latency: float, ttft: float | None = None, clean: Callable[[str], str] = str) -> Completion:
+    """A Responses API answer: output text from `message` items, the reasoning summary (or the
+    reasoning text, where a server returns it) from `reasoning` items, calls from `function_call` items."""
+    output = _get(resp, "output") if not isinstance(resp, (str, bytes)) else None
+    if not isinstance(output, list):
+        raise ValueError(f"response is not a Responses API response: {clean(str(resp))[:200]!r}")
+    text, reasoning, calls = [], [], []
+    for item in output:
+        kind = _get(item, "type")
+        if kind == "message":
+            text += [_string(_get(part, "text"), "output_text") for part in _get(item, "content") or []
+                     if _get(part, "type") == "output_text"]
+        elif kind == "reasoning":
+            reasoning += [_string(_get(part, "text"), "reasoning text") for part in
+                          (_get(item, "summary") or []) + (_get(item, "content") or [])]
+        elif kind == "function_call":
+            calls.append({"id": _get(item, "call_id"), "type": "function",
+                          "function": {"name": _string(_get(item, "name"), "function_call.name"),
+                                       "arguments": _string(_get(item, "arguments"), "function_call.arguments")}})
+    incomplete = _get(_get(resp, "incomplete_details"), "reason")
+    finish = "length" if incomplete == "max_output_tokens" else incomplete or ("tool_calls" if calls else "stop")
+    return shaped("".join(text), "\n".join(r for r in reasoning if r), calls,
+                  _usage_fields(_get(resp, "usage"), "input_tokens", "output_tokens"), finish,
+                  latency, ttft, request_id=request_id(resp))
+
+
+class OpenAIBackend(RemoteBackend):
     config_class = OpenAIBackendConfig
     name = "openai"
+    label = "openai"
 
     def __init__(self, model_cfg: ModelConfig, cfg: OpenAIBackendConfig, transport_factory: Any = None):
-        self.cfg, self.model_cfg = cfg, model_cfg
-        self.model = cfg.served_model or model_cfg.path or model_cfg.name
-        # models the server said it answered with, other than the one asked: counted for the manifest
-        self.reported_models: Counter[str] = Counter()
-        # tests hand in an httpx transport factory to script the server's answers (429s, 400s)
-        self.transport_factory = transport_factory
-        # the HTTP client logs every request at INFO, which would bury the run's own log
-        for name in ("httpx", "httpx2"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        super().__init__(model_cfg, cfg, transport_factory)
+        self.renderer = self.count = None
+        if cfg.api == Api.completions:
+            self._load_renderer()
+
+    def _load_renderer(self) -> None:
+        """The model's tokenizer, to render the prompt the hf backend's record holds and count thinking."""
+        from transformers import AutoTokenizer
+
+        from harness.models import sources
+        from harness.render import PromptRenderer
+
+        path, revision = sources.resolve(self.model_cfg)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, revision=revision if not self.model_cfg.packaged else None)
+        except OSError as exc:
+            raise ConfigError(f"backend.api=completions renders the prompt with model {self.model_cfg.name}'s tokenizer, "
+                              f"which does not load from {path!r}: {str(exc).splitlines()[0]}") from None
+        self.renderer = PromptRenderer(tokenizer, self.model_cfg)
+        self.count = lambda text: len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
 
     def describe(self) -> dict[str, Any]:
-        return {"base_url": self.cfg.base_url, "served_model": self.model, "extra_body": self.cfg.extra_body, "stream": self.cfg.stream,
-                "concurrency": self.cfg.concurrency, "other_models_reported": dict(self.reported_models)}
-
-    def _reported(self, model: Any) -> None:
-        """The `model` a response names: another than the one asked (a dated variant of it, such as
-        gpt-4.1-2025-04-14, is the same) is counted and warned about once."""
-        if not isinstance(model, str) or model.startswith(self.model):
-            return
-        model = self.clean(model)
-        if model not in self.reported_models:
-            log.warning("the server answered as model %r, not %r as asked; counted in manifest.json "
-                        "(model.other_models_reported)", model, self.model)
-        self.reported_models[model] += 1
+        return {**super().describe(), "api": str(self.cfg.api)}
 
     def _client(self) -> Any:
-        import httpx2
         import openai
-
-        # imported here, like the client it wraps: the backend registry loads without the HTTP stack
-        from harness.backends.capped_http import CappedTransport
 
         # local servers ignore the key, but the client insists on one
-        key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else "unused"
-        inner = self.transport_factory() if self.transport_factory else httpx2.AsyncHTTPTransport()
-        http = openai.DefaultAsyncHttpxClient(transport=CappedTransport(inner, self.cfg.max_response_bytes))
-        if not self.cfg.allow_cross_host_redirects:
-            http.event_hooks["response"] = [*http.event_hooks["response"], refuse_cross_host_redirect]
-        return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=key, max_retries=self.cfg.max_retries,
-                                  timeout=self.cfg.timeout_s, http_client=http)
+        return openai.AsyncOpenAI(base_url=self.cfg.base_url, api_key=self.key or "unused", max_retries=self.cfg.max_retries,
+                                  timeout=self.cfg.timeout_s, http_client=self.http_client(openai.DefaultAsyncHttpxClient, openai.OpenAIError))
 
-    def generate(self, requests: list[Request]) -> list[Completion]:
-        return asyncio.run(self._generate(requests))
+    def body(self, req: Request) -> dict[str, Any]:
+        """The request's arguments for the configured endpoint (what a batch file's line holds too)."""
+        cfg, sampling, stream = self.cfg, self.model_cfg.sampling_params, self.cfg.stream
+        if cfg.api == Api.responses:
+            return responses_kwargs(self.model, req, cfg.extra_body, stream, sampling, self.model_cfg.thinking)
+        if cfg.api == Api.completions:
+            return completions_kwargs(self.model, self.prompt(req), req, cfg.extra_body, cfg.neutral_penalties, stream)
+        return request_kwargs(self.model, req, self.model_cfg.chat_template_kwargs, cfg.extra_body, stream,
+                              hermes=self.model_cfg.tool_format == "hermes", sampling=sampling)
 
-    async def _generate(self, requests: list[Request]) -> list[Completion]:
-        gate = asyncio.Semaphore(self.cfg.concurrency)
-        out: list[Completion] = [Completion()] * len(requests)
-        t0 = time.perf_counter()
-        async with self._client() as client:
-            async def one(i: int) -> None:
-                async with gate:
-                    out[i] = await self._one(client, requests[i])
+    def prompt(self, req: Request) -> str:
+        return self.renderer(req.messages, req.tools)
 
-            # sent in prefix order, so a server's prefix cache sees requests sharing a prefix together
-            await asyncio.gather(*(one(i) for i in prefix_order([prefix_key(r) for r in requests])))
-        batch = time.perf_counter() - t0
-        for c in out:  # latency_s stays each request's own time
-            c.batch_latency_s = batch
-        return out
-
-    async def _one(self, client: Any, req: Request) -> Completion:
-        import openai
-
-        kwargs = request_kwargs(self.model, req, self.model_cfg.chat_template_kwargs, self.cfg.extra_body, self.cfg.stream,
-                                hermes=self.model_cfg.tool_format == "hermes")
-        t0 = time.perf_counter()
-        try:
-            # timeout_s bounds each read; a body trickling in a byte at a time needs an overall deadline
-            return self.cleaned(await asyncio.wait_for(self._call(client, kwargs, t0), self.deadline_s))
-        except openai.APIError as exc:
-            error = describe_error(exc)
-        except asyncio.TimeoutError:
-            error = f"no complete response within the deadline of {self.deadline_s:g} s (backend.timeout_s x (max_retries + 1))"
-        except Exception as exc:  # a dropped connection, a 200 that is not a chat completion: this sample's outcome
-            error = f"{type(exc).__name__}: {exc}"
-        return Completion(error=f"openai: {self.clean(error)}", latency_s=time.perf_counter() - t0)
-
-    async def _call(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
+    async def _call(self, client: Any, req: Request, t0: float) -> Completion:
+        kwargs = self.body(req)
+        api = self.cfg.api
+        if api == Api.responses:
+            if self.cfg.stream:
+                return await self._stream_responses(client, kwargs, t0)
+            resp = await client.responses.create(**kwargs)
+            self._reported(_get(resp, "model"))
+            return parse_responses(resp, time.perf_counter() - t0, clean=self.clean)
+        if api == Api.completions:
+            c = await (self._stream_text(client, kwargs, t0) if self.cfg.stream else self._text(client, kwargs, t0))
+            c.prompt_text = kwargs["prompt"]
+            return c
         if self.cfg.stream:
             return await self._stream(client, kwargs, t0)
         resp = await client.chat.completions.create(**kwargs)
         self._reported(_get(resp, "model"))
         return parse_response(resp, time.perf_counter() - t0, self.clean)
 
-    @property
-    def deadline_s(self) -> float:
-        return self.cfg.timeout_s * (self.cfg.max_retries + 1)
+    async def _text(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
+        resp = await client.completions.create(**kwargs)
+        self._reported(_get(resp, "model"))
+        return parse_text_completion(resp, time.perf_counter() - t0, self.count, self.clean)
 
-    def clean(self, text: str) -> str:
-        """A text the server returned, as it may be stored: servers may echo the key (a 401 repeating
-        the Authorization header, an answer quoting it), never store it; lone surrogates replaced."""
-        return redact(whole_chars(text), os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None)
+    def _batch(self) -> Any:
+        from harness.backends.batch import OpenAIBatches
 
-    def cleaned(self, c: Completion) -> Completion:
-        """`c` with every text the server returned `clean`ed."""
-        return replace(c, text=self.clean(c.text), reasoning=self.clean(c.reasoning),
-                       tool_calls=map_strings(c.tool_calls, self.clean),
-                       finish_reason=map_strings(c.finish_reason, self.clean),
-                       error=map_strings(c.error, self.clean))
+        path = {Api.chat: "/v1/chat/completions", Api.responses: "/v1/responses", Api.completions: "/v1/completions"}[self.cfg.api]
+        parse = {Api.chat: lambda body: parse_response(body, 0.0, self.clean),
+                 Api.responses: lambda body: parse_responses(body, 0.0, clean=self.clean),
+                 Api.completions: lambda body: parse_text_completion(body, 0.0, self.count, self.clean)}[self.cfg.api]
+        return OpenAIBatches(self._client, path, self.body, parse, self.prompt if self.cfg.api == Api.completions else None)
 
     async def _stream(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
         content, reasoning, calls = [], [], {}
-        usage, finish, ttft = None, None, None
+        usage, finish, ttft, rid = None, None, None, None
         stream = await client.chat.completions.create(**kwargs)
         chunks = 0
         async for chunk in stream:
             chunks += 1
             if chunks == 1:
                 self._reported(_get(chunk, "model"))
+                rid = request_id(chunk)
             if chunk.usage is not None:
                 usage = chunk.usage
             for choice in chunk.choices or []:
@@ -343,11 +414,56 @@ class OpenAIBackend(Backend):
                 reasoning.append(thought)
                 merge_tool_call_deltas(calls, delta.tool_calls or [])
                 finish = choice.finish_reason or finish
+        return self._streamed(chunks, finish, "".join(content), t0, ttft) or to_completion(
+            "".join(content), "".join(reasoning), [calls[i] for i in sorted(calls)], usage, finish, time.perf_counter() - t0, ttft,
+            request_id=rid)
+
+    def _streamed(self, chunks: int, finish: str | None, text: str, t0: float, ttft: float | None) -> Completion | None:
+        """The error a stream ended in, or None when it carried a whole answer."""
         if not chunks:  # e.g. a 200 HTML page: no event at all is not an empty answer
-            raise ValueError("the stream carried no chat completion chunks")
+            kind = {Api.chat: "chat completion chunks", Api.completions: "completion chunks"}.get(self.cfg.api, "Responses API events")
+            raise ValueError(f"the stream carried no {kind}")
         if finish is None:  # the server closed the stream mid-answer: what arrived is not the model's answer
-            return Completion(text="".join(content), error=f"openai: stream ended without a finish reason after "
-                              f"{len(''.join(content))} characters (connection closed mid-answer?)",
-                              latency_s=time.perf_counter() - t0, ttft_s=ttft)
-        return to_completion("".join(content), "".join(reasoning), [calls[i] for i in sorted(calls)], usage, finish,
-                             time.perf_counter() - t0, ttft)
+            return self.failed(f"stream ended without a finish reason after {len(text)} characters (connection closed "
+                               "mid-answer?)", text=text, latency_s=time.perf_counter() - t0, ttft_s=ttft)
+        return None
+
+    async def _stream_text(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
+        text, usage, finish, ttft, rid, chunks = [], None, None, None, None, 0
+        async for chunk in await client.completions.create(**kwargs):
+            chunks += 1
+            if chunks == 1:
+                self._reported(_get(chunk, "model"))
+                rid = request_id(chunk)
+            usage = _get(chunk, "usage") or usage
+            for choice in _get(chunk, "choices") or []:
+                piece = _get(choice, "text") or ""
+                if ttft is None and piece:
+                    ttft = time.perf_counter() - t0
+                text.append(piece)
+                finish = _get(choice, "finish_reason") or finish
+        failed = self._streamed(chunks, finish, "".join(text), t0, ttft)
+        if failed:
+            return failed
+        body = {"id": rid, "choices": [{"text": "".join(text), "finish_reason": finish}], "usage": usage}
+        c = parse_text_completion(body, time.perf_counter() - t0, self.count, self.clean)
+        c.ttft_s = ttft
+        return c
+
+    async def _stream_responses(self, client: Any, kwargs: dict[str, Any], t0: float) -> Completion:
+        """Responses API events: the time to the first output delta, then the whole response from the
+        `response.completed` (or `response.incomplete`) event, parsed as a non-streamed one."""
+        ttft, final, events = None, None, 0
+        async for event in await client.responses.create(**kwargs):
+            events += 1
+            kind = _get(event, "type") or ""
+            if ttft is None and kind.endswith(".delta"):
+                ttft = time.perf_counter() - t0
+            if kind in ("response.completed", "response.incomplete"):
+                final = _get(event, "response")
+            elif kind in ("response.failed", "error"):
+                raise ValueError(f"the response failed: {self.clean(str(_get(event, 'response') or event))[:300]}")
+        if final is None:
+            return self._streamed(events, None, "", t0, ttft)
+        self._reported(_get(final, "model"))
+        return parse_responses(final, time.perf_counter() - t0, ttft, self.clean)

@@ -6,9 +6,12 @@ With match=order the i-th line answers the i-th sample of the plan. Every comple
 marked scripted.
 
 Token counts: a line's `usage` wins; otherwise the completion is counted with the model config's
-tokenizer when it is on this machine (harness.measure.tokencount), and `token_source` says which. A line's
-`finish_reason` is kept; without one, a completion of at least max_new_tokens tokens is `length`
-(cut at the limit), so it grades as `truncated`, not as a deliberate answer.
+tokenizer when it is on this machine (harness.measure.tokencount), and `token_source` says which. The
+thinking count's source (`thinking_tokens_source`): the line's own where it names one (api, counted,
+estimated), else `api` for a usage (what a server reported) and `estimated` for the tokenizer's count
+of the visible text. A line's `finish_reason` is kept; without one, a completion of at least
+max_new_tokens tokens is `length` (cut at the limit), so it grades as `truncated`, not as a
+deliberate answer.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from harness.io.validate import TOKEN_FIELDS, of_type, token_count
 from harness.measure.tokencount import load_counter
 from harness.measure.toolcalls import MAX_CALL_CHARS, MAX_DEPTH, bounded
 from harness.render import split_thinking, thinking_span
-from harness.types import Completion, Request
+from harness.types import THINKING_SOURCES, Completion, Request
 
 
 class Match(StrEnum):
@@ -51,6 +54,9 @@ class ScriptedBackendConfig(BackendConfig):
     def preflight(self) -> None:
         load_lines(self.path)  # every line checked before a run writes anything
 
+    def takes_thinking_settings(self) -> bool:
+        return True  # completions made elsewhere with them, graded here
+
     def identity(self) -> dict[str, Any]:
         # another completions file is another set of outputs (hashed as bytes: a file with invalid UTF-8 is
         # refused, naming its line, when the backend loads it, not here)
@@ -59,8 +65,10 @@ class ScriptedBackendConfig(BackendConfig):
 
 def _check(row: dict[str, Any]) -> None:
     """Every field a completion takes, typed as it will be used (ValueError naming the field)."""
-    for key in ("episode_id", "condition", "text", "reasoning", "finish_reason"):
+    for key in ("episode_id", "condition", "text", "reasoning", "finish_reason", "thinking_tokens_source"):
         of_type(row, key, (str,))
+    if row.get("thinking_tokens_source") not in (None, *THINKING_SOURCES):
+        raise ValueError(f"field 'thinking_tokens_source' must be one of {', '.join(THINKING_SOURCES)}")
     of_type(row, "replicate", (int,))
     for i, call in enumerate(of_type(row, "tool_calls", (list,)) or []):
         if not isinstance(call, dict):
@@ -125,6 +133,7 @@ class ScriptedBackend(Backend):
         usage = row.get("usage") or {}
         tokens = {k: usage.get(k) for k in ("prompt_tokens", "completion_tokens", "thinking_tokens", "answer_tokens")}
         source = "usage" if usage else None
+        thinking_source = "api" if tokens["thinking_tokens"] is not None else None
         if tokens["completion_tokens"] is None and self.count:
             in_text = self.count(text)
             if row.get("reasoning"):  # a separate reasoning field, generated beside the text
@@ -133,9 +142,11 @@ class ScriptedBackend(Backend):
             else:  # thinking inside the text, its tags included (all of it when cut off before </think>)
                 thinking, completion = self.count(thinking_span(text)), in_text
             tokens.update(completion_tokens=completion, thinking_tokens=thinking, answer_tokens=max(completion - thinking, 0))
-            source = self.count.source
+            source, thinking_source = self.count.source, "estimated"
         finish = row.get("finish_reason")
         if finish is None and tokens["completion_tokens"] is not None and tokens["completion_tokens"] >= req.generation.max_new_tokens:
             finish = "length"
+        if tokens["thinking_tokens"] is not None:
+            thinking_source = row.get("thinking_tokens_source") or thinking_source
         return Completion(text=text, reasoning=reasoning, tool_calls=row.get("tool_calls") or [], **tokens,
-                          finish_reason=finish, scripted=True, token_source=source)
+                          finish_reason=finish, scripted=True, token_source=source, thinking_tokens_source=thinking_source)

@@ -27,6 +27,7 @@ from harness.render import (
     PromptRenderer,
     count_thinking,
     split_thinking,
+    thinking_source,
 )
 from harness.types import Completion, GenerationSettings, Request, canonical_json
 
@@ -111,7 +112,8 @@ def parse_output(output: Any, split: Split, think_end_id: int | None, encode: Ca
                               cached_prompt_tokens=cached, completion_tokens=len(token_ids), thinking_tokens=thinking,
                               answer_tokens=max(len(token_ids) - thinking, 0),
                               latency_s=batch_latency if latency is None else latency, ttft_s=ttft,
-                              batch_latency_s=batch_latency, finish_reason=seq.finish_reason))
+                              batch_latency_s=batch_latency, finish_reason=seq.finish_reason,
+                              thinking_tokens_source=thinking_source(token_ids, reasoning, think_end_id)))
     return out
 
 

@@ -31,6 +31,13 @@ class ToolFormat(StrEnum):
     hermes = "hermes"  # rendered into message content
 
 
+class ThinkingControl(StrEnum):
+    """How a model's API takes a thinking setting (the model preset says; model.generation holds the value)."""
+    none = "none"  # no thinking control: reasoning_effort and thinking_budget are refused
+    effort = "effort"  # an effort level (OpenAI reasoning.effort; Anthropic adaptive thinking + output_config.effort)
+    budget = "budget"  # a token budget (Anthropic manual extended thinking, budget_tokens >= 1024)
+
+
 class Device(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
@@ -82,6 +89,15 @@ class ModelConfig:
     price_input_per_mtok: Optional[float] = None
     price_cached_input_per_mtok: Optional[float] = None  # null: cached input billed as input
     price_output_per_mtok: Optional[float] = None
+    price_cache_write_per_mtok: Optional[float] = None  # prompt tokens written to a provider's cache; null: billed as input
+    # a batch API's price as a share of the list price (0.5: half); null: unknown, and batched records carry cost_usd null
+    batch_discount: Optional[float] = None
+    context_tokens: Optional[int] = None  # the model's context window (prompt and output), as its provider states it
+    # how the API takes model.generation.reasoning_effort / thinking_budget; null: not declared (sent as given)
+    thinking_control: Optional[ThinkingControl] = None
+    # false: the API refuses sampling settings (newer Claude and OpenAI reasoning models): none is sent, so
+    # model.generation must hold the API's own (temperature 1.0, top_p 1.0, no top_k/min_p), never claim greedy
+    sampling_params: bool = True
     # GPUs the weights need; backend=vllm and the slurm launcher read it (model comes before backend
     # in the defaults list, so a model preset cannot set backend fields itself)
     tensor_parallel_size: int = 1
@@ -107,8 +123,28 @@ class ModelConfig:
                 require(_is_sha256(part.sha256), f"model.gguf_parts[{i}].sha256",
                         f"{part.package}: 64 lowercase hex digits, got {part.sha256!r}")
         require(self.tensor_parallel_size >= 1, "model.tensor_parallel_size", f"must be >= 1, got {self.tensor_parallel_size}")
-        for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok"):
+        for key in ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok", "price_cache_write_per_mtok"):
             require(getattr(self, key) is None or getattr(self, key) >= 0, f"model.{key}", f"must be >= 0, got {getattr(self, key)}")
+        require(self.batch_discount is None or 0 < self.batch_discount <= 1, "model.batch_discount",
+                f"must be in (0, 1] or null, got {self.batch_discount}")
+        require(self.context_tokens is None or self.context_tokens >= 1, "model.context_tokens", f"must be >= 1 or null, got {self.context_tokens}")
+        self._check_thinking_controls()
+
+    def _check_thinking_controls(self) -> None:
+        gen = self.generation
+        control = self.thinking_control
+        require(gen.reasoning_effort is None or control in (None, ThinkingControl.effort), "model.generation.reasoning_effort",
+                f"model {self.name} takes {'no thinking setting' if control == ThinkingControl.none else 'a thinking budget (model.generation.thinking_budget)'}, not an effort level")
+        require(gen.thinking_budget is None or control in (None, ThinkingControl.budget), "model.generation.thinking_budget",
+                f"model {self.name} takes {'no thinking setting' if control == ThinkingControl.none else 'an effort level (model.generation.reasoning_effort)'}, not a token budget")
+        require(gen.thinking_budget is None or gen.thinking_budget < gen.max_new_tokens, "model.generation.thinking_budget",
+                f"must be below model.generation.max_new_tokens ({gen.max_new_tokens}): the thinking is part of the output")
+        require(gen.thinking_budget is None or (gen.temperature == 1.0 and not gen.top_k), "model.generation.temperature",
+                "a thinking budget (extended thinking) samples at temperature 1.0 without top_k: set model.generation.temperature=1.0")
+        if not self.sampling_params:
+            require(gen.temperature == 1.0 and gen.top_p == 1.0 and not gen.top_k and not gen.min_p, "model.generation",
+                    f"model {self.name}'s API takes no sampling settings (it samples at its own temperature 1.0): set "
+                    "temperature=1.0, top_p=1.0, top_k=0, min_p=0, so the records do not claim a decoding that did not happen")
 
     def check_machine(self) -> None:
         if self.path and self.path.startswith(("/", "./", "../", "~")):
@@ -145,7 +181,7 @@ class ModelConfig:
 @dataclass
 class BackendConfig:
     """Base of every backend's config; each backend module defines its subclass and registers both
-    with `harness.backends.register_backend`."""
+    with its backend class (`config_class`) and a lazy entry in `harness.registry.BACKENDS`."""
     name: str = MISSING
     # fields that say how or where a backend runs, not what it produces (concurrency, timeouts,
     # retries, batch sizes, devices); every other field is identity, so a new field is identity until declared here
@@ -157,6 +193,12 @@ class BackendConfig:
 
     def check_machine(self) -> None:
         """Checks of files, packages or environment variables the backend needs (after composition)."""
+
+    def takes_thinking_settings(self) -> bool:
+        """Whether the backend sends model.generation.reasoning_effort / thinking_budget (an API that takes
+        them), or replays completions made with them; a local engine takes its template's own kwargs."""
+        return False
+
     def preflight(self) -> None:
         """Reading and checking the user's files a run will use, before it writes anything."""
 
@@ -310,6 +352,14 @@ class Config:
 
     def __post_init__(self) -> None:
         require(len(self.conditions) > 0, "condition", "select at least one condition, e.g. condition=[none,status_tail]")
+        gen = self.model.generation
+        require((gen.reasoning_effort is None and gen.thinking_budget is None) or self.backend.takes_thinking_settings(),
+                "model.generation.reasoning_effort", f"backend {self.backend.name} sends no thinking setting (a local "
+                "template takes its own: model.chat_template_kwargs, e.g. reasoning_effort for gpt-oss, enable_thinking for Qwen3)")
+        if self.experiment.mode == Mode.rollouts:
+            require(not getattr(self.backend, "batch", False), "backend.batch",
+                    "a rollout's step depends on the answer to the one before, which a batch API returns hours later: "
+                    "batch mode runs frozen episodes (experiment.mode=samples) only")
         episodes = self.scenario.planned_episodes()
         if episodes is not None:  # a grid family: refused before a single episode is built
             too_many = plan_size_error(episodes, len(self.conditions), self.experiment.replicates, self.run.max_samples)

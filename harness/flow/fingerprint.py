@@ -33,7 +33,7 @@ def fingerprint(spec: PlanSpec) -> dict[str, Any]:
         "scenario": asdict(spec.scenario),
         "conditions": {name: c.identity() for name, c in spec.conditions.items()},
         "model": spec.model.identity(),
-        "generation": asdict(spec.model.generation),
+        "generation": spec.model.generation.identity(),
         "backend": spec.backend.identity(),
         "experiment": {"replicates": spec.replicates, "seed": spec.seed},
     }

@@ -3,7 +3,7 @@ its environment. A single decision on a frozen trajectory is a one-step rollout 
 `rollout` set, each episode's trajectory opens a live environment the model acts in."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import scenarios
@@ -35,7 +35,7 @@ class PlanSpec:
     def identity(self) -> dict[str, Any]:
         """What every rollout id hashes besides its episode, condition and replicate."""
         out = {"model": self.model.identity(), "backend": self.backend.identity(),
-               "generation": asdict(self.model.generation)}
+               "generation": self.model.generation.identity()}
         if self.rollout is not None:  # only then: single decisions keep the ids they always had
             out["rollout"] = self.rollout.identity()
         return out
