@@ -182,6 +182,8 @@ def to_record(step: Step, completion: Completion, grade: Grade, calls: list[dict
         latency_s=c.latency_s, finish_reason=c.finish_reason, error=c.error, scripted=c.scripted,
         cost_usd=cost_usd(settings.model, c), ttft_s=c.ttft_s, writer=writer, batch_latency_s=c.batch_latency_s,
         token_source=c.token_source, propensity=propensity, attention_ref=attention_ref,
+        thinking_tokens_source=c.thinking_tokens_source, cache_write_tokens=c.cache_write_tokens, request_id=c.request_id,
+        batched=c.batched,
         rollout_id=r.rollout_id, turn=step.turn, step=step.step, step_in_turn=step.step_in_turn,
         context_messages=len(req.messages),
         prompt_chars=sum(len(m["content"]) for m in req.messages if isinstance(m.get("content"), str)),
