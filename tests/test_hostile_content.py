@@ -209,7 +209,7 @@ def _edited(src: Path, dst: Path, field: str, raw: str) -> Path:
 @pytest.mark.parametrize("field, raw, fragment", [
     ("correct", '"false"', "field 'correct' must be bool"),
     ("latency_s", "1e400", "field 'latency_s' must be a finite number >= 0"),
-    ("prompt_tokens", '"12"', "field 'prompt_tokens' must be int or float or null"),
+    ("prompt_tokens", '"12"', "field 'prompt_tokens' must be int or null"),
     ("replicate", '"0"', "field 'replicate' must be int"),
     ("cost_usd", "-0.5", "field 'cost_usd' must be a finite number >= 0"),
     ("label", "null", "field 'label' must be str"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.context import ConditionConfig, view
-from harness.context.bar import BarSource, Placement, Update, turn_ends
+from harness.context.bar import BarSource, Placement, Update, cadence, shows_now
 from harness.context.history import History
 from harness.context.loop_guard import LoopGuardConfig
 from harness.context.status import Wrapper
@@ -48,6 +48,10 @@ def _bars(messages):
     return [m for m in messages if "<agent_status" in (m.get("content") or "")]
 
 
+# presets whose mechanism has nothing to act on in todo_state's episodes, and the key each refusal names
+REFUSED_ON_TODO = {"diagnostics": "conditions.diagnostics.diagnostics", "status_at_limit": "status.cadence"}
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("guard, meta", [(False, False), (True, False), (False, True), (True, True)])
 def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monkeypatch):
@@ -59,6 +63,10 @@ def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monk
     family = FAMILIES.get("todo_state")
     monkeypatch.setitem(FAMILIES._entries, "todo_state",
                         replace(family, build=lambda scfg: [_repeated_calls_episode(e) for e in family.build(scfg)][:1]))
+    if preset in REFUSED_ON_TODO:  # nothing to show on this family: refused when the run starts, in one line
+        with pytest.raises(ConfigError, match=REFUSED_ON_TODO[preset]):
+            first_steps(cfg)
+        return
     sample = first_steps(cfg)[0]
     ep = sample.episode
     batch, written = write_bars([sample], lambda c: (WriterStub(), cfg.model))  # source=model: the writer's bar goes in
@@ -78,12 +86,14 @@ def test_every_preset_crossed_with_guard_and_turn_meta(preset, guard, meta, monk
     elif bar.source == BarSource.model:
         # the writer's block body, in the condition's tags (kv: on its own lines)
         assert written[sample.sample_id]["bar"] == bars[-1]["content"] == "<agent_status>\nwritten by the writer model\n</agent_status>"
+    elif not shows_now(ep, bar):  # its cadence shows no bar at this turn end
+        assert not bars or bar.update == Update.append
     else:
         assert bars and ("<system-reminder>" in bars[-1]["content"]) == (bar.wrapper == Wrapper.system_reminder)
         assert ('visibility="internal"' in bars[-1]["content"]) == bar.internal
         assert ("retries" in bars[-1]["content"]) == bar.side_channel
         if bar.update == Update.append:
-            assert len(bars) == len(turn_ends(ep.messages))
+            assert len(bars) == sum(cadence(ep, bar))
     if bars and bar.placement == Placement.head:
         assert messages[0]["role"] == "system" and bars == [messages[0]]
     elif bars and bar.placement == Placement.mid:

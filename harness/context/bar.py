@@ -168,8 +168,10 @@ def cadence(episode: Episode, cfg: StatusBarConfig) -> list[bool]:
         return [True] * len(ends)
     if cfg.cadence == Cadence.every_k:
         return [j % cfg.cadence_k == 0 for j in range(len(ends))]
-    if cfg.cadence == Cadence.at_limit:
+    if cfg.cadence == Cadence.at_limit:  # never, where no limit is kept (a plan refuses it: check_cadence)
         rule, target = episode.rule, episode.target
+        if rule is None:
+            return [False] * len(ends)
         return [tally(episode.messages[:end], rule, target).calls_by_target.get(target, 0) >= rule.limit for end in ends]
     shown, last = [], None  # on_change: against the last bar shown, the first always
     for end in ends:

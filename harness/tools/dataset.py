@@ -25,7 +25,7 @@ def _features():
     from datasets import Features, Value
 
     types = {f.name: Value("string") for f in fields(Episode)}
-    types["compact_at"] = Value("int64")
+    types["compact_at"] = types["guarded_from"] = Value("int64")
     return Features({**types, "condition": Value("string"), "condition_config": Value("string"), "prompt": Value("string")})
 
 
