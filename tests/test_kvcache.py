@@ -121,7 +121,7 @@ def test_decode_batches_are_cut_by_rows_and_by_kv_positions():
     from harness.engine.decode import _batches
     from harness.engine.prefix import PrefixNode
 
-    order = [(i, PrefixNode(0, [0] * n, [i], [i])) for i, n in enumerate([10, 10, 30, 10, 50])]
+    order = [(i, PrefixNode(0, [0] * n)) for i, n in enumerate([10, 10, 30, 10, 50])]
     cut = lambda rows, positions: [[i for i, _ in chunk] for chunk in _batches(order, rows, 2, positions)]  # noqa: E731
     assert cut(64, float("inf")) == [[0, 1, 2, 3, 4]]
     assert cut(2, float("inf")) == [[0, 1], [2, 3], [4]]

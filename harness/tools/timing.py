@@ -39,7 +39,9 @@ class TimedBackend(Backend):
 
 
 def timed_run(cfg: Config, backend: Backend, run_dir: Path, **backend_cfg: Any) -> dict[str, Any]:
-    """One harness run into run_dir with the backend's config changed as given; its timings and records."""
+    """One harness run into run_dir with the backend's config changed as given, on an empty prefix cache
+    (what an earlier run computed would be served from it); its timings and records."""
+    backend.reset_prefix_cache()
     saved = backend.cfg
     backend.cfg = replace(saved, **backend_cfg)
     timed = TimedBackend(backend)
