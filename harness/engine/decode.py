@@ -43,7 +43,11 @@ class PrefixDecoder:
         `cache_gb`: what the prompts' KV may hold between calls; the least recently used runs go first."""
         self.model, self.eos_ids, self.device = model, eos_ids, device
         self.pace = pace
+        import torch
+
         self.kv_bytes = kv_bytes_per_position(model)
+        self.kv_layers, kv_heads, head_dim = kv_shape(model)
+        self.kv_like = torch.empty(1, kv_heads, 0, head_dim, dtype=model.dtype, device=device)  # a cache's shape and dtype
         self.cache_bytes = cache_gb * 1e9
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -104,37 +108,48 @@ class PrefixDecoder:
         scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
         pending = list(order)
         try:
-            for chunk in _batches(order, batch_size, gen.max_new_tokens, kv_gb * 1e9 / self.kv_bytes):
-                t0 = time.perf_counter()
-                cached = []
-                for i, node in chunk:
-                    path = node.path()
-                    cached.append(sum(len(n.tokens) for n in path if n.kv is not None))
-                    self._prefill(path, prompt_ends, work)
-                    if continuations and continuations[i] and id(node) not in scores:
-                        scores[id(node)] = self._score(node, continuations[i])
-                t1 = time.perf_counter()
-                ended = [t1] * len(chunk)
+            with self._attention():
+                for chunk in _batches(order, batch_size, gen.max_new_tokens, kv_gb * 1e9 / self.kv_bytes):
+                    t0 = time.perf_counter()
+                    cached = []
+                    for i, node in chunk:
+                        path = node.path()
+                        cached.append(sum(len(n.tokens) for n in path if n.kv is not None))
+                        self._prefill(path, prompt_ends, work)
+                        if continuations and continuations[i] and id(node) not in scores:
+                            scores[id(node)] = self._score(node, continuations[i])
+                    t1 = time.perf_counter()
+                    ended = [t1] * len(chunk)
 
-                def finished(r: int) -> None:
-                    ended[r] = time.perf_counter()
+                    def finished(r: int) -> None:
+                        ended[r] = time.perf_counter()
 
-                outputs = self._sample([node for _, node in chunk], gen, [seeds[i] for i, _ in chunk], work, finished)
-                batch = time.perf_counter() - t0
-                prompt_tokens = [len(prompts[i]) for i, _ in chunk]
-                for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
-                    s = scores.get(id(node)) if continuations and continuations[i] else None
-                    runs = after(i, tokens) if after else None
-                    a = self._score(node, runs) if runs else None
-                    latency = (t1 - t0) * n / sum(prompt_tokens) + (end - t1)
-                    results[i] = Decoded(tokens, finish, c, latency, s, batch, a)
-                    for j in copies.get(id(node), []):
-                        results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch, a)
-                pending = pending[len(chunk):]
-                self._release(chunk if share_prefix else [])
+                    outputs = self._sample([node for _, node in chunk], gen, [seeds[i] for i, _ in chunk], work, finished)
+                    batch = time.perf_counter() - t0
+                    prompt_tokens = [len(prompts[i]) for i, _ in chunk]
+                    for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
+                        s = scores.get(id(node)) if continuations and continuations[i] else None
+                        runs = after(i, tokens) if after else None
+                        a = self._score(node, runs) if runs else None
+                        latency = (t1 - t0) * n / sum(prompt_tokens) + (end - t1)
+                        results[i] = Decoded(tokens, finish, c, latency, s, batch, a)
+                        for j in copies.get(id(node), []):
+                            results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch, a)
+                    pending = pending[len(chunk):]
+                    self._release(chunk if share_prefix else [])
         finally:  # an interrupted call leaves nothing pinned
             self._release(pending if share_prefix else [])
         return [r for r in results if r is not None]
+
+    def _attention(self) -> Any:
+        """The engine's attention (`harness.engine.attention`) for the call: prefill chunks and one-token
+        steps without transformers' KV head copies. Another implementation than transformers' sdpa
+        (flash attention on a GPU) is left alone."""
+        from harness.engine import attention
+
+        if self.model.config._attn_implementation != "sdpa":
+            return nullcontext()
+        return attention.attention_implementation(self.model, attention.NAME)
 
     def _release(self, rows: list[tuple[int, PrefixNode]]) -> None:
         """Unpin the rows' paths, then fit the cache in its budget."""
@@ -147,13 +162,13 @@ class PrefixDecoder:
         in chunks of at most PREFILL_CHUNK tokens (the bar moves per chunk); a node in `prompt_ends`
         (by id) keeps its last logits too."""
         import torch
-        from transformers import DynamicCache
+
+        from harness.engine.kvcache import prefill_cache
 
         for depth, node in enumerate(path):
             if node.kv is not None:
                 continue
-            past = _concat_kv([n.kv for n in path[:depth]])
-            cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+            cache = prefill_cache([n.kv for n in path[:depth]], len(node.tokens), self.kv_layers, self.kv_like)
             for a in range(node.start, node.end, PREFILL_CHUNK):
                 b = min(a + PREFILL_CHUNK, node.end)
                 with torch.inference_mode():
@@ -165,7 +180,7 @@ class PrefixDecoder:
                 work.done(b - a)
                 if self.pace:
                     self.pace()
-            node.kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
+            node.kv = [tuple(buf[:, :, node.start:node.end].clone() for buf in layer.bufs) for layer in cache.layers]
             node.logits = logits if id(node) in prompt_ends else None
 
     def _score(self, node: PrefixNode, runs: list[list[int]]) -> list[list[float]]:
@@ -222,13 +237,11 @@ class PrefixDecoder:
             if gen.min_p > 0:
                 warpers.append(MinPLogitsWarper(gen.min_p))
         from harness.engine import attention as decode_attention
-        from harness.engine.attention import attention_implementation
         from harness.engine.kvcache import batch_cache
 
         generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
-        # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
-        # (flash attention on a GPU) is left alone
-        ours = self.model.config._attn_implementation == "sdpa"
+        # runs several rows read are held apart only where the engine's attention runs (`_attention`)
+        ours = self.model.config._attn_implementation == decode_attention.NAME
         share = ours and decode_attention.merges_parts(self.device) and _padding_only_masks(self.model)
         own, shared = _split(ends, SHARED_MIN_POSITIONS if share else None)
         cache = batch_cache([[n.kv for n in path] for path in own], gen.max_new_tokens,
@@ -241,8 +254,7 @@ class PrefixDecoder:
         rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
         generated: list[list[int]] = [[] for _ in ends]
         done = [False] * len(ends)
-        decode_attn = attention_implementation(self.model, decode_attention.NAME) if ours else nullcontext()
-        with torch.inference_mode(), decode_attn:
+        with torch.inference_mode():
             for step in range(gen.max_new_tokens):
                 if gen.greedy:
                     nxt = logits.argmax(-1)
@@ -328,13 +340,18 @@ def _padding_only_masks(model: Any) -> bool:
             and all(t == "full_attention" for t in layer_types))
 
 
-def kv_bytes_per_position(model: Any) -> int:
-    """Bytes of keys and values one token position takes in the model's cache, over all layers."""
+def kv_shape(model: Any) -> tuple[int, int, int]:
+    """(layers, KV heads, head dim) of the model's cache."""
     cfg = model.config.get_text_config()
     heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    return (cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads,
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+
+
+def kv_bytes_per_position(model: Any) -> int:
+    """Bytes of keys and values one token position takes in the model's cache, over all layers."""
+    layers, kv_heads, head_dim = kv_shape(model)
+    return 2 * layers * kv_heads * head_dim * model.dtype.itemsize
 
 
 def _batches(order: list[tuple[int, PrefixNode]], rows: int, new_tokens: int, positions: float) -> Iterator[list[tuple[int, PrefixNode]]]:
