@@ -1,6 +1,6 @@
-"""One harness run timed from outside: the wall time of the whole run and the part spent inside
-the backend's `generate`, with the prefill the records report (the benchmark's and the peer
-comparison's measure)."""
+"""One harness run (single decisions or rollouts) timed from outside: the wall time of the whole run
+and the part spent inside the backend's `generate`, with the prefill the records report (the
+benchmark's and the peer comparison's measure)."""
 from __future__ import annotations
 
 import time
@@ -8,8 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.agent import loop as agent_loop
 from harness.backends import Backend
-from harness.config.schemas import Config
+from harness.config.schemas import Config, Mode
 from harness.run import execute
 from harness.rundir.store import read_jsonl
 from harness.types import Completion, Request
@@ -47,7 +48,8 @@ def timed_run(cfg: Config, backend: Backend, run_dir: Path, **backend_cfg: Any) 
     timed = TimedBackend(backend)
     try:
         t0 = time.perf_counter()
-        execute(cfg, {}, run_dir, backend=timed)
+        flow = agent_loop.execute if cfg.experiment.mode == Mode.rollouts else execute  # a record per step, or per sample
+        flow(cfg, {}, run_dir, backend=timed)
         wall = time.perf_counter() - t0
     finally:
         backend.cfg = saved
