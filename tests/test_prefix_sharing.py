@@ -94,8 +94,10 @@ def test_eviction_drops_least_recently_used_leaves_first_and_never_a_pinned_path
     assert tree.nbytes() == 6 * per_token  # [1, 2], [3], [4], [5, 6]
     tree.tick()
     tree.hold(nodes["a"], 1)  # a is read again, and is in flight
-    tree.evict(3 * per_token)  # c (the least recent), then b; a is pinned, [1, 2] on its path
-    assert sorted(n.tokens for n in tree.nodes()) == [[1, 2], [3]] and nodes["b"].kv is None
+    tree.evict(5 * per_token)  # b, the least recently used leaf, is enough
+    assert sorted(n.tokens for n in tree.nodes()) == [[1, 2], [3], [5, 6]] and nodes["b"].kv is None
+    tree.evict(3 * per_token)  # then c; a is pinned, [1, 2] on its path
+    assert sorted(n.tokens for n in tree.nodes()) == [[1, 2], [3]]
     tree.evict(0)
     assert tree.nbytes() == 3 * per_token  # pinned: kept over the budget
     tree.hold(nodes["a"], -1)
