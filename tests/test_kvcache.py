@@ -121,7 +121,7 @@ def test_decode_batches_are_cut_by_rows_and_by_kv_positions():
     from harness.engine.decode import _batches
     from harness.engine.prefix import PrefixNode
 
-    order = [(i, PrefixNode(0, [0] * n, [i], [i])) for i, n in enumerate([10, 10, 30, 10, 50])]
+    order = [(i, PrefixNode(0, [0] * n)) for i, n in enumerate([10, 10, 30, 10, 50])]
     cut = lambda rows, positions: [[i for i, _ in chunk] for chunk in _batches(order, rows, 2, positions)]  # noqa: E731
     assert cut(64, float("inf")) == [[0, 1, 2, 3, 4]]
     assert cut(2, float("inf")) == [[0, 1], [2, 3], [4]]
@@ -129,3 +129,29 @@ def test_decode_batches_are_cut_by_rows_and_by_kv_positions():
     # the 50-token row is over 40 on its own and is still decoded, alone
     assert cut(64, 40) == [[0, 1], [2], [3], [4]]
     assert cut(64, 100) == [[0, 1, 2], [3], [4]]  # 3 x 32 = 96 fits; 4 x 32 does not, nor 2 x 52
+
+
+@pytest.mark.parametrize("groups, past", [(3, 7), (1, 7), (3, 0)])  # grouped-query heads or not; a chunk with nothing before it
+def test_a_prefill_chunk_attends_as_transformers_sdpa_with_a_causal_mask_over_the_whole_cache(groups, past):
+    """A chunk of queries that are the cache's last positions (a prefill cache, `prefill_cache`): the keys
+    before it whole, the chunk causally, merged; the same as transformers' sdpa with the causal mask."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from harness.engine.attention import decode_attention
+    from harness.engine.kvcache import prefill_cache
+
+    class Module(torch.nn.Module):
+        num_key_value_groups, is_causal, training = groups, True, False
+
+    g = torch.Generator().manual_seed(0)
+    n, d = 5, 3  # _kv's head dim
+    before = [_kv(past, 1)] if past else []
+    cache = prefill_cache(before, n, layers=2, like=torch.empty(1, 2, 0, d))
+    new_k, new_v = torch.randn(1, 2, n, d, generator=g), torch.randn(1, 2, n, d, generator=g)
+    key, value = cache.layers[0].update(new_k, new_v)
+    assert key.shape == (1, 2, past + n, d) and key.causal_chunk
+    query = torch.randn(1, n, 2 * groups, d, generator=g).transpose(1, 2)  # as the models lay it out
+    causal = torch.ones(n, past + n, dtype=torch.bool).tril(past)[None, None]
+    ours, _ = decode_attention(Module(), query, key, value, None, scaling=0.3)
+    ref, _ = sdpa_attention_forward(Module(), query, key, value, causal, scaling=0.3)
+    torch.testing.assert_close(ours, ref)

@@ -95,10 +95,9 @@ def test_chunked_prefill_gives_the_unchunked_logits(monkeypatch):
     stores = []
     for chunk in (10_000, 64):
         monkeypatch.setattr(decode, "PREFILL_CHUNK", chunk)
-        store: dict = {}
-        node = PrefixNode(0, tokens, [0], [0])
-        decoder._prefill([node], store, progress.Work(1, len(tokens)))
-        stores.append(store[id(node)])
+        node = PrefixNode(0, tokens)
+        decoder._prefill([node], {id(node)}, progress.Work(1, len(tokens)))
+        stores.append((node.kv, node.logits))
     (kv_whole, logits_whole), (kv_chunked, logits_chunked) = stores
     import torch
 

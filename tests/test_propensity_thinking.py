@@ -36,7 +36,7 @@ def qwen3(tiny_qwen3: Path):  # noqa: F811
 def _scripted(backend, scripts: dict[int, tuple[list[int], str]]):
     """A stand-in for the decoder's sampling (a random model closes no thinking block): row seed -> its
     generated tokens and finish. Prefill, the candidates' scoring and the scoring after generation are real."""
-    def sample(ends, store, gen, seeds, work, finished):
+    def sample(ends, gen, seeds, work, finished):
         for r in range(len(ends)):
             finished(r)
         return [scripts[s] for s in seeds]

@@ -199,7 +199,7 @@ def test_the_peer_matrix_runs_every_grid_model_and_dtype_with_the_users_override
     assert peer.matrix([], tmp_path, 1, [], [], ["float32"])[0]["grid"] == "as given"  # the overrides alone
     with pytest.raises(SystemExit):  # a name it does not know: refused before anything runs
         bench.main(["--peer", "only", "--peer-grids", "default,huge"])
-    assert "unknown huge (known: default, large)" in capsys.readouterr().err
+    assert "unknown huge (known: default, large, rollouts)" in capsys.readouterr().err
     assert len(asked) == 5
 
 

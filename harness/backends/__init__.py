@@ -41,6 +41,9 @@ class Backend:
         """Whether generate fills each completion's `propensity` from the request's candidates."""
         return False
 
+    def reset_prefix_cache(self) -> None:
+        """Forget the prompts an engine keeps computed across calls (a benchmark's timed runs start cold)."""
+
     def close(self) -> None:
         """Release engines, worker processes and connections (idempotent)."""
 

@@ -26,6 +26,9 @@ class HFBackendConfig(BackendConfig):
     # memory, not a row count, sizes a decode batch: its KV buffers (rows x (longest prompt + new
     # tokens) positions) stay within this many GB, so short prompts batch wide and long ones narrow
     decode_kv_gb: float = 2.0
+    # the prompts' KV kept between calls (a rollout's next step extends its previous prompt, whose KV
+    # it reuses), least recently used runs dropped first; 0: nothing kept beyond a call
+    prefix_cache_gb: float = 1.0
     # compute each shared prompt prefix (arms, replicates, a family's system prompt) once per call;
     # off: every prompt is prefilled on its own (the naive path the benchmark compares against)
     share_prefix: bool = True
@@ -34,12 +37,13 @@ class HFBackendConfig(BackendConfig):
     onednn_linear: bool = True
     # where and how fast it runs; dtype is identity (it changes the numbers)
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"device", "threads", "batch_size", "decode_kv_gb", "share_prefix", "onednn_linear"})
+        {"device", "threads", "batch_size", "decode_kv_gb", "prefix_cache_gb", "share_prefix", "onednn_linear"})
 
     def __post_init__(self) -> None:
         require(self.threads >= 0, "backend.threads", f"must be >= 0, got {self.threads}")
         require(self.batch_size >= 1, "backend.batch_size", f"must be >= 1, got {self.batch_size}")
         require(self.decode_kv_gb > 0, "backend.decode_kv_gb", f"must be > 0, got {self.decode_kv_gb}")
+        require(self.prefix_cache_gb >= 0, "backend.prefix_cache_gb", f"must be >= 0, got {self.prefix_cache_gb}")
 
 
 class HFBackend(Backend):
@@ -83,13 +87,16 @@ class HFBackend(Backend):
         if self.device == "cpu" and self.threads_from not in (threads.CONFIG, threads.OMP):
             pace = threads.Adaptive(self.threads)
             self.threads_from += "; re-chosen while it runs"
-        self.decoder = PrefixDecoder(self.model, eos, self.device, pace)
+        self.decoder = PrefixDecoder(self.model, eos, self.device, pace, cfg.prefix_cache_gb)
 
     def hf_weights(self) -> "HFBackend":
         return self  # the attention probe replays with this backend's own model: no second copy
 
     def scores_candidates(self) -> bool:
         return True
+
+    def reset_prefix_cache(self) -> None:
+        self.decoder.forget()
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "device": self.device,

@@ -176,6 +176,9 @@ class VLLMBackend(Backend):
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
 
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "revision": self.revision, "dtype": self.dtype, "max_model_len": self.max_model_len,
                 "native_tools": self.native_tools, "reasoning_parser": self.model_cfg.reasoning_parser,

@@ -38,6 +38,9 @@ NAME = "statusbench_decode"
 def decode_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     b, h, q_len, d = query.shape
     hkv = key.shape[1]
+    plain = kwargs.get("softcap") is None and kwargs.get("position_bias") is None
+    if getattr(key, "causal_chunk", False) and plain and _WITH_LSE is not None and query.device.type == "cpu":
+        return _causal_chunk(query, key, value, scaling), None
     per_row_mask = attention_mask is None or (attention_mask.shape[1] == 1 and attention_mask.shape[2] == 1)
     shared = getattr(key, "shared_kv", None)
     if q_len != 1 or not per_row_mask or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
@@ -52,6 +55,32 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, dr
     else:
         out = torch.nn.functional.scaled_dot_product_attention(rows, key, value, attn_mask=attention_mask, scale=scaling)
     return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+
+
+def _causal_chunk(query, key, value, scale):
+    """Attention of a prefill chunk [1, heads, n, d] whose queries are the last n of the keys, each
+    attending causally: over the keys before the chunk, which every query sees whole (no mask; the
+    query heads that share a KV head read it as one longer query, no KV head copied), and over the
+    chunk itself (causal, its KV heads copied per query head: n positions only), merged by log-sum-exp.
+    transformers' sdpa copies every KV head of the whole cache per query head and masks all of it."""
+    b, h, n, d = query.shape
+    hkv, past = key.shape[1], key.shape[2] - n
+    g = h // hkv
+    own_k, own_v = (t[:, :, past:].repeat_interleave(g, dim=1) if g > 1 else t[:, :, past:] for t in (key, value))
+    out, lse = _WITH_LSE(query, own_k, own_v, 0.0, True, scale=scale)
+    if past:
+        rows = query.reshape(b, hkv, g * n, d)  # query head i reads KV head i // g, as repeat_kv orders them
+        before, before_lse = _WITH_LSE(rows, key[:, :, :past], value[:, :, :past], 0.0, False, scale=scale)
+        out = _merge([out, before.reshape(b, h, n, d)], [lse, before_lse.reshape(b, h, n)]).to(query.dtype)
+    return out.transpose(1, 2).contiguous()
+
+
+def _merge(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.Tensor:
+    """Attention outputs over disjoint key sets, [..., d] each with its log-sum-exp [...], as the
+    attention over their union (in float32 whatever the dtype)."""
+    top = torch.stack(lses).amax(0).float()
+    weights = [(lse.float() - top).exp() for lse in lses]
+    return sum(o.float() * w[..., None] for o, w in zip(outs, weights)) / sum(weights)[..., None]
 
 
 def _cascade(rows, key, value, mask, scale, shared):

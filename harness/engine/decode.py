@@ -16,14 +16,16 @@ from contextlib import nullcontext
 from typing import Any, Callable, Iterator, NamedTuple
 
 from harness import progress
-from harness.engine.prefix import PrefixNode, leaves, prefix_tree
+from harness.engine.prefix import PrefixNode, PrefixTree, prefix_order
 from harness.types import GenerationSettings
 
 
 class Decoded(NamedTuple):
     tokens: list[int]
     finish: str  # stop | length
-    cached: int  # prompt tokens whose KV was computed for an earlier sample of the same call
+    # prompt tokens whose KV came from the prefix cache: computed in an earlier call (a rollout's
+    # previous step) or for an earlier sample of this call
+    cached: int
     # its own time: its share of the batch's prefill by prompt tokens, plus the decode steps until it ended
     latency: float
     scores: list[list[float]] | None = None  # per continuation asked for, the log-prob of each of its tokens
@@ -32,103 +34,141 @@ class Decoded(NamedTuple):
 
 
 class PrefixDecoder:
-    """Decodes token-id prompts with a causal LM."""
+    """Decodes token-id prompts with a causal LM, keeping the prompts' KV across calls (`PrefixTree`)."""
 
-    def __init__(self, model: Any, eos_ids: set[int], device: str, pace: Callable[[], None] | None = None):
+    def __init__(self, model: Any, eos_ids: set[int], device: str, pace: Callable[[], None] | None = None,
+                 cache_gb: float = float("inf")):
         """`pace`: called between forward passes (each prefill chunk, each decode step), for the thread
-        count to follow the machine (`harness.engine.threads.Adaptive`); None: nothing between them."""
+        count to follow the machine (`harness.engine.threads.Adaptive`); None: nothing between them.
+        `cache_gb`: what the prompts' KV may hold between calls; the least recently used runs go first."""
         self.model, self.eos_ids, self.device = model, eos_ids, device
         self.pace = pace
+        import torch
+
         self.kv_bytes = kv_bytes_per_position(model)
+        self.kv_layers, kv_heads, head_dim = kv_shape(model)
+        self.kv_like = torch.empty(1, kv_heads, 0, head_dim, dtype=model.dtype, device=device)  # a cache's shape and dtype
+        self.cache_bytes = cache_gb * 1e9
         # transformers 5.2x renamed forward's past_key_values to cache
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        # keep_prompt_kv: the last call's prompt KV stays until the next call, for the attention probe
-        # (`prompt_kv`) to replay on instead of prefilling again; shared prefixes stay shared
-        self.keep_prompt_kv = False
-        self._kept: dict[tuple[int, ...], list] = {}  # prompt ids -> the KV runs of its path, root first
+        self.tree = PrefixTree()
+
+    def forget(self) -> None:
+        """Drop every cached prompt (a benchmark's timed run starts cold)."""
+        self.tree = PrefixTree()
 
     def prompt_kv(self, ids: list[int]) -> list[tuple[Any, Any]] | None:
-        """Per-layer (keys, values) of prompt `ids` if the last call decoded exactly that prompt."""
-        runs = self._kept.get(tuple(ids))
-        return _concat_kv(runs) if runs else None
+        """Per-layer (keys, values) of prompt `ids` where the cache holds all of it (the attention
+        probe replays on it instead of prefilling again); else None."""
+        found = self.tree.match(ids)
+        if sum(n for _, n in found) != len(ids) or any(node.kv is None for node, _ in found):
+            return None
+        kv = _concat_kv([node.kv for node, _ in found])
+        return [(k[..., :len(ids), :], v[..., :len(ids), :]) for k, v in kv]
 
     def decode(self, prompts: list[list[int]], gen: GenerationSettings, seeds: list[int], *, batch_size: int,
                share_prefix: bool, kv_gb: float = float("inf"),
                continuations: list[list[list[int]] | None] | None = None,
                after: Callable[[int, list[int]], list[list[int]] | None] | None = None) -> list[Decoded]:
         """Decode every prompt, in batches of at most `batch_size` rows whose KV buffers (rows x
-        (longest prompt + new tokens) positions) fit in `kv_gb`, sharing prefix KV across the whole call.
-        Without `share_prefix` each prompt is its own tree (the naive path the benchmark and the
-        identity test compare against), batched by length. `continuations[i]`: token runs to score
-        teacher-forced after prompt i, on top of the prompt's KV (once per distinct prompt). `after(i,
-        tokens)`: token runs to score the same way once prompt i's tokens are generated (they may start
-        with them), while the prompt's KV is still held; None for none."""
+        (longest prompt + new tokens) positions) fit in `kv_gb`, on the prefix cache: what an earlier
+        call or an earlier row computed of a prompt is reused, the rest computed once. Without
+        `share_prefix` each prompt is computed on its own, outside the cache (the naive path the
+        benchmark and the identity test compare against), batched by length. `continuations[i]`: token
+        runs to score teacher-forced after prompt i, on top of the prompt's KV (once per distinct
+        prompt). `after(i, tokens)`: token runs to score the same way once prompt i's tokens are
+        generated (they may start with them), while the prompt's KV is still held; None for none."""
         # greedy decoding of identical prompts (greedy replicates) gives identical outputs: decode one, copy it
         copy = gen.greedy and share_prefix
         if share_prefix:
-            order = [(i, node) for i, node in leaves(prefix_tree(prompts)) if not copy or i == node.ends[0]]
+            self.tree.tick()
+            ends = [self.tree.insert(p) for p in prompts]
+            for node in {id(n): n for n in ends}.values():
+                if node.kv is not None and node.logits is None:  # cached, but no prompt ended there: its last token again
+                    if len(node.tokens) > 1:
+                        self.tree.split(node, len(node.tokens) - 1)
+                    node.kv = None
+            order, copies = [], {}
+            for i in prefix_order(prompts):  # depth-first: rows that share a prefix decode together
+                if copy and id(ends[i]) in copies:
+                    copies[id(ends[i])].append(i)
+                    continue
+                copies[id(ends[i])] = []
+                order.append((i, ends[i]))
+                self.tree.hold(ends[i], 1)
         else:
-            order = [(i, PrefixNode(0, list(prompts[i]), [i], [i]))
-                     for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
-        # a node's KV lives until the last sample through it is decoded
-        remaining: dict[int, int] = {}
-        for _, node in order:
-            for n in node.path():
-                remaining[id(n)] = remaining.get(id(n), 0) + 1
-        store: dict[int, tuple[list[tuple[Any, Any]], Any]] = {}  # id(node) -> (per-layer KV of its tokens, last logits)
+            order = [(i, PrefixNode(0, list(prompts[i]))) for i in sorted(range(len(prompts)), key=lambda i: len(prompts[i]))]
+            copies = {}
         # the bar's unit of work: a token prefilled or decoded (a row's max_new_tokens, the rest
         # credited when it stops early); a sample's greedy copies cost nothing
-        nodes = {id(n): n for _, node in order for n in node.path()}
-        work = progress.Work(len(prompts), sum(len(n.tokens) for n in nodes.values()) + len(order) * gen.max_new_tokens)
-        self._kept = {}
+        todo = {id(n): n for _, node in order for n in node.path() if n.kv is None}
+        work = progress.Work(len(prompts), sum(len(n.tokens) for n in todo.values()) + len(order) * gen.max_new_tokens)
+        prompt_ends = {id(node) for _, node in order}  # the nodes whose last logits decoding starts from
         results: list[Decoded | None] = [None] * len(prompts)
         scores: dict[int, list[list[float]]] = {}  # id(node) -> its prompt's continuation scores
-        for chunk in _batches(order, batch_size, gen.max_new_tokens, kv_gb * 1e9 / self.kv_bytes):
-            t0 = time.perf_counter()
-            cached = []
-            for i, node in chunk:
-                path = node.path()
-                cached.append(sum(len(n.tokens) for n in path if id(n) in store))
-                self._prefill(path, store, work)
-                if continuations and continuations[i] and id(node) not in scores:
-                    scores[id(node)] = self._score(node, store, continuations[i])
-            t1 = time.perf_counter()
-            ended = [t1] * len(chunk)
+        pending = list(order)
+        try:
+            with self._attention():
+                for chunk in _batches(order, batch_size, gen.max_new_tokens, kv_gb * 1e9 / self.kv_bytes):
+                    t0 = time.perf_counter()
+                    cached = []
+                    for i, node in chunk:
+                        path = node.path()
+                        cached.append(sum(len(n.tokens) for n in path if n.kv is not None))
+                        self._prefill(path, prompt_ends, work)
+                        if continuations and continuations[i] and id(node) not in scores:
+                            scores[id(node)] = self._score(node, continuations[i])
+                    t1 = time.perf_counter()
+                    ended = [t1] * len(chunk)
 
-            def finished(r: int) -> None:
-                ended[r] = time.perf_counter()
+                    def finished(r: int) -> None:
+                        ended[r] = time.perf_counter()
 
-            outputs = self._sample([node for _, node in chunk], store, gen, [seeds[i] for i, _ in chunk], work, finished)
-            batch = time.perf_counter() - t0
-            prompt_tokens = [len(prompts[i]) for i, _ in chunk]
-            for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
-                s = scores.get(id(node)) if continuations and continuations[i] else None
-                runs = after(i, tokens) if after else None
-                a = self._score(node, store, runs) if runs else None
-                latency = (t1 - t0) * n / sum(prompt_tokens) + (end - t1)
-                results[i] = Decoded(tokens, finish, c, latency, s, batch, a)
-                for j in node.ends[1:] if copy else []:
-                    results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch, a)
-                if self.keep_prompt_kv:
-                    self._kept[tuple(prompts[i])] = [store[id(n)][0] for n in node.path()]
-                    continue
-                for n in node.path():
-                    remaining[id(n)] -= 1
-                    if remaining[id(n)] == 0:
-                        del store[id(n)]
+                    outputs = self._sample([node for _, node in chunk], gen, [seeds[i] for i, _ in chunk], work, finished)
+                    batch = time.perf_counter() - t0
+                    prompt_tokens = [len(prompts[i]) for i, _ in chunk]
+                    for (i, node), (tokens, finish), c, end, n in zip(chunk, outputs, cached, ended, prompt_tokens):
+                        s = scores.get(id(node)) if continuations and continuations[i] else None
+                        runs = after(i, tokens) if after else None
+                        a = self._score(node, runs) if runs else None
+                        latency = (t1 - t0) * n / sum(prompt_tokens) + (end - t1)
+                        results[i] = Decoded(tokens, finish, c, latency, s, batch, a)
+                        for j in copies.get(id(node), []):
+                            results[j] = Decoded(list(tokens), finish, len(prompts[j]), latency, s, batch, a)
+                    pending = pending[len(chunk):]
+                    self._release(chunk if share_prefix else [])
+        finally:  # an interrupted call leaves nothing pinned
+            self._release(pending if share_prefix else [])
         return [r for r in results if r is not None]
 
-    def _prefill(self, path: list[PrefixNode], store: dict, work: progress.Work) -> None:
-        """Compute the KV of every node of `path` not yet in `store`, each on top of its ancestors',
-        in chunks of at most PREFILL_CHUNK tokens (the bar moves per chunk)."""
+    def _attention(self) -> Any:
+        """The engine's attention (`harness.engine.attention`) for the call: prefill chunks and one-token
+        steps without transformers' KV head copies. Another implementation than transformers' sdpa
+        (flash attention on a GPU) is left alone."""
+        from harness.engine import attention
+
+        if self.model.config._attn_implementation != "sdpa":
+            return nullcontext()
+        return attention.attention_implementation(self.model, attention.NAME)
+
+    def _release(self, rows: list[tuple[int, PrefixNode]]) -> None:
+        """Unpin the rows' paths, then fit the cache in its budget."""
+        for _, node in rows:
+            self.tree.hold(node, -1)
+        self.tree.evict(self.cache_bytes)
+
+    def _prefill(self, path: list[PrefixNode], prompt_ends: set[int], work: progress.Work) -> None:
+        """Compute the KV of every node of `path` not computed yet, each on top of its ancestors',
+        in chunks of at most PREFILL_CHUNK tokens (the bar moves per chunk); a node in `prompt_ends`
+        (by id) keeps its last logits too."""
         import torch
-        from transformers import DynamicCache
+
+        from harness.engine.kvcache import prefill_cache
 
         for depth, node in enumerate(path):
-            if id(node) in store:
+            if node.kv is not None:
                 continue
-            past = _concat_kv([store[id(n)][0] for n in path[:depth]])
-            cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+            cache = prefill_cache([n.kv for n in path[:depth]], len(node.tokens), self.kv_layers, self.kv_like)
             for a in range(node.start, node.end, PREFILL_CHUNK):
                 b = min(a + PREFILL_CHUNK, node.end)
                 with torch.inference_mode():
@@ -140,10 +180,10 @@ class PrefixDecoder:
                 work.done(b - a)
                 if self.pace:
                     self.pace()
-            kv = [(layer.keys[:, :, node.start:].clone(), layer.values[:, :, node.start:].clone()) for layer in cache.layers]
-            store[id(node)] = (kv, logits)
+            node.kv = [tuple(buf[:, :, node.start:node.end].clone() for buf in layer.bufs) for layer in cache.layers]
+            node.logits = logits if id(node) in prompt_ends else None
 
-    def _score(self, node: PrefixNode, store: dict, runs: list[list[int]]) -> list[list[float]]:
+    def _score(self, node: PrefixNode, runs: list[list[int]]) -> list[list[float]]:
         """Log-probabilities of each token of each run after the prompt ending at `node`: the first
         token from the prompt's last logits, the rest from one forward over the runs' prefix tree
         (`_run_tree`) on top of the prompt's KV: a prefix the runs share is computed once, and no
@@ -151,7 +191,7 @@ class PrefixDecoder:
         import torch
         from transformers import DynamicCache
 
-        last = store[id(node)][1].float().log_softmax(-1)
+        last = node.logits.float().log_softmax(-1)
         out = [[float(last[r[0]])] for r in runs]
         tokens, parents, at = _run_tree([r[:-1] for r in runs])  # r[:-1]: the input whose next-token logits score r[1:]
         if not tokens:
@@ -165,7 +205,7 @@ class PrefixDecoder:
             seen[i, i] = True
         mask = torch.cat([torch.ones(n, node.end, dtype=torch.bool), seen], dim=1)[None, None].to(self.device)
         positions = (node.end + torch.tensor(depth, device=self.device))[None]
-        cache = DynamicCache(ddp_cache_data=_concat_kv([store[id(n)][0] for n in node.path()]))
+        cache = DynamicCache(ddp_cache_data=_concat_kv([n.kv for n in node.path()]))
         with torch.inference_mode():
             logp = self.model(input_ids=torch.tensor([tokens], device=self.device), attention_mask=mask,
                               position_ids=positions, use_cache=True, **{self.cache_kw: cache}).logits[0].float().log_softmax(-1)
@@ -173,7 +213,7 @@ class PrefixDecoder:
             o.extend(float(logp[i, t]) for i, t in zip(where, r[1:]))
         return out
 
-    def _sample(self, ends: list[PrefixNode], store: dict, gen: GenerationSettings, seeds: list[int],
+    def _sample(self, ends: list[PrefixNode], gen: GenerationSettings, seeds: list[int],
                 work: progress.Work, finished: Callable[[int], None]) -> list[tuple[list[int], str]]:
         """Decode one left-padded batch whose row r continues the prompt ending at node ends[r];
         each step is `work` done, one unit per row, and a row that stops early its unused tokens;
@@ -197,27 +237,24 @@ class PrefixDecoder:
             if gen.min_p > 0:
                 warpers.append(MinPLogitsWarper(gen.min_p))
         from harness.engine import attention as decode_attention
-        from harness.engine.attention import attention_implementation
         from harness.engine.kvcache import batch_cache
 
         generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
-        # one-token steps without transformers' per-step KV copy; another implementation than its sdpa
-        # (flash attention on a GPU) is left alone
-        ours = self.model.config._attn_implementation == "sdpa"
+        # runs several rows read are held apart only where the engine's attention runs (`_attention`)
+        ours = self.model.config._attn_implementation == decode_attention.NAME
         share = ours and decode_attention.merges_parts(self.device) and _padding_only_masks(self.model)
         own, shared = _split(ends, SHARED_MIN_POSITIONS if share else None)
-        cache = batch_cache([[store[id(n)][0] for n in path] for path in own], gen.max_new_tokens,
-                            [(store[id(n)][0], rows) for n, rows in shared])
+        cache = batch_cache([[n.kv for n in path] for path in own], gen.max_new_tokens,
+                            [(_concat_kv([n.kv for n in run]), rows) for run, rows in shared])
         lengths = [sum(len(n.tokens) for n in path) for path in own]
         width = max(lengths)
         mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=self.device)
         positions = torch.tensor([[n.end] for n in ends], device=self.device)
-        logits = torch.stack([store[id(n)][1] for n in ends])
+        logits = torch.stack([n.logits for n in ends])
         rows = list(range(len(ends)))  # batch position -> output row; finished rows leave the batch
         generated: list[list[int]] = [[] for _ in ends]
         done = [False] * len(ends)
-        decode_attn = attention_implementation(self.model, decode_attention.NAME) if ours else nullcontext()
-        with torch.inference_mode(), decode_attn:
+        with torch.inference_mode():
             for step in range(gen.max_new_tokens):
                 if gen.greedy:
                     nxt = logits.argmax(-1)
@@ -258,18 +295,39 @@ PREFILL_CHUNK = 256
 SHARED_MIN_POSITIONS = 256
 
 
-def _split(ends: list[PrefixNode], min_saved: int | None) -> tuple[list[list[PrefixNode]], list[tuple[PrefixNode, list[int]]]]:
+def _split(ends: list[PrefixNode], min_saved: int | None) -> tuple[list[list[PrefixNode]], list[tuple[list[PrefixNode], list[int]]]]:
     """The nodes of the batch rows' paths (row r continues the prompt ending at ends[r]) split into
-    each row's own, in path order, and the shared ones with their rows; min_saved None: none shared."""
+    each row's own, in path order, and the shared runs (consecutive nodes that the same rows read,
+    taken as one) with their rows; min_saved None: none shared."""
     rows: dict[int, list[int]] = {}
-    nodes: dict[int, PrefixNode] = {}
     for r, end in enumerate(ends):
         for n in end.path():
             rows.setdefault(id(n), []).append(r)
-            nodes[id(n)] = n
-    shared = set() if min_saved is None else {
-        k for k, members in rows.items() if len(nodes[k].tokens) * (len(members) - 1) >= max(min_saved, 1)}
-    return [[n for n in end.path() if id(n) not in shared] for end in ends], [(nodes[k], rows[k]) for k in rows if k in shared]
+    own: list[list[PrefixNode]] = []
+    shared: dict[tuple[int, ...], tuple[list[PrefixNode], list[int]]] = {}
+    for end in ends:
+        mine: list[PrefixNode] = []
+        for run in _runs(end.path(), rows):
+            members = rows[id(run[0])]
+            saved = sum(len(n.tokens) for n in run) * (len(members) - 1)
+            if min_saved is not None and saved >= max(min_saved, 1):
+                shared.setdefault(tuple(id(n) for n in run), (run, members))
+            else:
+                mine.extend(run)
+        own.append(mine)
+    return own, list(shared.values())
+
+
+def _runs(path: list[PrefixNode], rows: dict[int, list[int]]) -> list[list[PrefixNode]]:
+    """`path` cut where the rows reading its nodes change: a cached tree splits a prefix several rows
+    share into many nodes (one per earlier call's prompt end), which they read as one run."""
+    runs: list[list[PrefixNode]] = []
+    for n in path:
+        if runs and rows[id(runs[-1][-1])] == rows[id(n)]:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return runs
 
 
 def _padding_only_masks(model: Any) -> bool:
@@ -282,13 +340,18 @@ def _padding_only_masks(model: Any) -> bool:
             and all(t == "full_attention" for t in layer_types))
 
 
-def kv_bytes_per_position(model: Any) -> int:
-    """Bytes of keys and values one token position takes in the model's cache, over all layers."""
+def kv_shape(model: Any) -> tuple[int, int, int]:
+    """(layers, KV heads, head dim) of the model's cache."""
     cfg = model.config.get_text_config()
     heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    return (cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads,
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+
+
+def kv_bytes_per_position(model: Any) -> int:
+    """Bytes of keys and values one token position takes in the model's cache, over all layers."""
+    layers, kv_heads, head_dim = kv_shape(model)
+    return 2 * layers * kv_heads * head_dim * model.dtype.itemsize
 
 
 def _batches(order: list[tuple[int, PrefixNode]], rows: int, new_tokens: int, positions: float) -> Iterator[list[tuple[int, PrefixNode]]]:

@@ -38,15 +38,18 @@ class GrowInPlaceLayer(DynamicLayer):
     and whose keys carry the layer's shared runs to the attention function (`keys.shared_kv`):
     transformers hands what `update` returns straight to it, so no model code is patched."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int, shared: list[SharedKV]):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int, shared: list[SharedKV], causal: bool = False):
+        """`causal`: the layer of a prefill, whose queries are always its last positions, each attending
+        to every position before it (`keys.causal_chunk` tells the attention function so)."""
         super().__init__()
-        self.bufs, self.length, self.shared = (keys, values), length, shared
+        self.bufs, self.length, self.shared, self.causal = (keys, values), length, shared, causal
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self._view()
 
     def _view(self) -> None:
         self.keys, self.values = (b[:, :, :self.length] for b in self.bufs)
         self.keys.shared_kv = self.shared
+        self.keys.causal_chunk = self.causal
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         end = self.length + key_states.shape[-2]
@@ -94,6 +97,26 @@ def batch_cache(rows: list[list[KV]], new_tokens: int, shared: Sequence[tuple[KV
                     buf[r, :, at:at + n] = part[0]
                 at += n
         cache.layers.append(GrowInPlaceLayer(*bufs, width, [_stack(group, layer) for group in groups.values()]))
+    return cache
+
+
+def prefill_cache(past: list[KV], new_tokens: int, layers: int, like: torch.Tensor) -> DynamicCache:
+    """The cache a run of prompt tokens is prefilled in: the KV runs before it (`past`, root first)
+    copied once into buffers with room for its `new_tokens`, which each chunk writes in place, where
+    transformers' DynamicCache concatenates the whole cache again at every chunk. `like`: a tensor
+    [1, kv heads, any, head dim] of the cache's dtype and device, for a run with nothing before it."""
+    length = sum(run[0][0].shape[-2] for run in past)
+    cache = DynamicCache()
+    cache.layers = []
+    for layer in range(layers):
+        bufs = [like.new_empty((1, like.shape[1], length + new_tokens, like.shape[3])) for _ in (0, 1)]
+        at = 0
+        for run in past:
+            n = run[layer][0].shape[-2]
+            for buf, part in zip(bufs, run[layer]):
+                buf[:, :, at:at + n] = part
+            at += n
+        cache.layers.append(GrowInPlaceLayer(*bufs, length, [], causal=True))
     return cache
 
 

@@ -54,7 +54,7 @@ class RunProbe:
     def __init__(self, model: ModelConfig, cfg: ProbeConfig, backend: Backend, run_dir: Path):
         """`run_dir`: where this job's records go (the run, or its shard); parts are written there."""
         # a backend holding HF weights generated with them: reuse them, no second copy, and the
-        # prompts' KV from its decode engine (no second prefill)
+        # prompts' KV from its decode engine's prefix cache (no second prefill where it still holds them)
         self.kv_source = getattr(backend.hf_weights(), "decoder", None)
         try:  # else the model's own weights, loaded through the registry like any backend's
             self.hf = backend.hf_weights() or make_backend(
@@ -70,8 +70,6 @@ class RunProbe:
             self.probe.run([0], [0], [0], [1], 2)
         except RuntimeError as exc:
             raise ConfigError(f"probe.attention: {exc}") from None
-        if self.kv_source is not None:
-            self.kv_source.keep_prompt_kv = True
         self.run_dir = Path(run_dir)
         self.meta = {"generated_by": backend.name,
                      "replayed_with": {k: v for k, v in self.hf.describe().items() if k in ("path", "revision", "dtype", "device")},

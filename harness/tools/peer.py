@@ -23,11 +23,13 @@ from harness.config.schemas import Config
 from harness.run import first_steps
 from harness.tools.timing import timed_run
 
-Key = tuple[str, str, int]
+Key = tuple[str, str, int, int]
 # the two grids the performance issue measured: the default ablation, and a larger sweep (longer
 # prompts with 8 distractor turns, twice the episodes, 128 new tokens)
 GRIDS = {"default": ["scenario.episodes_per_cell=2", "model.generation.max_new_tokens=64"],
-         "large": ["scenario.episodes_per_cell=4", "scenario.distractor_turns=[0,8]", "model.generation.max_new_tokens=128"]}
+         "large": ["scenario.episodes_per_cell=4", "scenario.distractor_turns=[0,8]", "model.generation.max_new_tokens=128"],
+         # the agent loop's preset: each step extends its rollout's previous prompt (the prefix caches' case)
+         "rollouts": ["experiment=agent_loop"]}
 DTYPES = ("float32", "bfloat16")
 
 
@@ -54,15 +56,8 @@ def peer_configs(overrides: list[str], dtype: str = "float32") -> dict[str, Conf
 
 
 def _key(record: dict[str, Any]) -> Key:
-    return record["episode_id"], record["condition"], record["replicate"]
-
-
-def _forget_prompts(backend: Any) -> None:
-    """Empty vLLM's prefix cache, which lives as long as the engine: the warm-up's prompt, or a
-    repeat's, would be served from it, while the hf engine's prefix KV lives for one call."""
-    llm = getattr(backend, "llm", None)
-    if llm is not None and hasattr(llm, "reset_prefix_cache"):
-        llm.reset_prefix_cache()
+    """What pairs a record with its twin from the other backend; a rollout's records by step too."""
+    return record["episode_id"], record["condition"], record["replicate"], record.get("step", 0)
 
 
 def compare(overrides: list[str], workdir: Path, repeats: int = 1,
@@ -87,7 +82,6 @@ def compare(overrides: list[str], workdir: Path, repeats: int = 1,
             backends[name].generate([first_steps(cfg)[0].request])  # warm-up, as for the hf benchmark
         for turn in range(repeats):
             for name, cfg in configs.items():
-                _forget_prompts(backends[name])
                 runs[name].append(timed_run(cfg, backends[name], workdir / f"{name}-{turn}"))
         for name, backend in backends.items():  # after the runs: what they ran with (e.g. the threads used)
             summary[name]["backend"] = backend.describe()
@@ -132,12 +126,13 @@ def matrix_table(cells: list[dict[str, Any]]) -> str:
     from tabulate import tabulate
 
     rows = [[c["grid"], c["model"], c["dtype"], c["samples"], f"{c['hf']['generate_s']:.1f}", f"{c['vllm']['generate_s']:.1f}",
+             f"{c['hf']['samples'] / c['hf']['generate_s']:.3f} / {c['vllm']['samples'] / c['vllm']['generate_s']:.3f}",
              f"{c['hf_over_vllm_generate_s']:.2f}x", f"{c['identical']} of {c['samples']}", thread_counts(c["hf"]["backend"]),
              f"{c['load_before'][0]:.1f} -> {c['load_after'][0]:.1f}"] for c in cells]
     runs = cells[0]["repeats"]
     return tabulate(rows, tablefmt="github", headers=[
-        "grid", "model", "dtype", "samples", f"hf generation s{' (median of %d)' % runs if runs > 1 else ''}",
-        "vLLM generation s", "hf / vLLM", "identical outputs", "hf threads used", "load average (1 min)"])
+        "grid", "model", "dtype", "samples (rollouts: steps)", f"hf generation s{' (median of %d)' % runs if runs > 1 else ''}",
+        "vLLM generation s", "per s: hf / vLLM", "hf / vLLM", "identical outputs", "hf threads used", "load average (1 min)"])
 
 
 def thread_counts(described: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
-"""One harness run timed from outside: the wall time of the whole run and the part spent inside
-the backend's `generate`, with the prefill the records report (the benchmark's and the peer
-comparison's measure)."""
+"""One harness run (single decisions or rollouts) timed from outside: the wall time of the whole run
+and the part spent inside the backend's `generate`, with the prefill the records report (the
+benchmark's and the peer comparison's measure)."""
 from __future__ import annotations
 
 import time
@@ -39,13 +39,15 @@ class TimedBackend(Backend):
 
 
 def timed_run(cfg: Config, backend: Backend, run_dir: Path, **backend_cfg: Any) -> dict[str, Any]:
-    """One harness run into run_dir with the backend's config changed as given; its timings and records."""
+    """One harness run into run_dir with the backend's config changed as given, on an empty prefix cache
+    (what an earlier run computed would be served from it); its timings and records."""
+    backend.reset_prefix_cache()
     saved = backend.cfg
     backend.cfg = replace(saved, **backend_cfg)
     timed = TimedBackend(backend)
     try:
         t0 = time.perf_counter()
-        execute(cfg, {}, run_dir, backend=timed)
+        execute(cfg, {}, run_dir, backend=timed)  # one loop: a record per model call
         wall = time.perf_counter() - t0
     finally:
         backend.cfg = saved
