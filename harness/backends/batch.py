@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import progress
-from harness.backends.remote import describe_error
+from harness.backends.sdk_errors import describe_error
 from harness.errors import ConfigError
 from harness.io.files import write_file
 from harness.types import Completion, Request, short_hash

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from harness.backends import Backend
+from harness.backends.batch import run_batch
+from harness.backends.sdk_errors import describe_error
 from harness.config.schemas import BackendConfig, ModelConfig, require
 from harness.engine.prefix import prefix_key, prefix_order
 from harness.io.secrets import looks_like_secret, redact
@@ -96,15 +98,6 @@ def usage_counts(fields: dict[str, Any], parts: tuple[tuple[str, str, str], ...]
         log.warning("a response's usage is invalid (%s): this sample's token counts are unknown", "; ".join(bad))
         return dict.fromkeys(fields)
     return counts
-
-
-def describe_error(exc: Exception) -> str:
-    """An SDK's error in one line: an HTTP status with the server's body, else the exception."""
-    status, response = getattr(exc, "status_code", None), getattr(exc, "response", None)
-    if isinstance(status, int) and response is not None:
-        body = getattr(exc, "body", None)
-        return f"http {status}: {body if body is not None else response.text}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class RedirectRefused(Exception):
@@ -215,8 +208,6 @@ class RemoteBackend(Backend):
 
     def generate(self, requests: list[Request]) -> list[Completion]:
         if self.cfg.batch:
-            from harness.backends.batch import run_batch
-
             return run_batch(self._batch(), requests, self.job_dir, self.cfg.poll_s, self.cleaned)
         return asyncio.run(self._generate(requests))
 
