@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,27 @@ def test_a_rollout_run_from_schema_1_is_read_and_refused_in_one_line(tmp_path: P
     assert json.loads(steps["completion_tool_calls"].iloc[-1]) is not None  # its API-style calls kept
     assert len(load_rollouts([run])) == 2
     assert "## Rollouts: violations per rollout" in write_report([run], tmp_path / "report")
+
+
+@pytest.mark.parametrize("file, field, value", [("records.jsonl", "step", '"1"'), ("records.jsonl", "label", "5"),
+                                                ("rollouts.jsonl", "violations", '"3"')])
+def test_rollout_records_of_the_wrong_type_are_named_in_one_line(tmp_path: Path, file: str, field: str, value: str):
+    """Issue 41 item 9: `"step": "1"`, `"violations": "3"`, `"label": 5` in a rollout run stop the report
+    and the resume with the file, line and field named (the one typed read), never a traceback."""
+    from tests.conftest import run_cli
+
+    script = tmp_path / "s.jsonl"
+    script.write_text((json.dumps({"text": "I can't call Xfinity again."}) + "\n") * 20)
+    args = ["experiment=agent_loop", "backend=scripted", f"backend.path={script}", "backend.match=order", "rollout.turns=2",
+            "scenario.episodes_per_cell=1", f"run.root={tmp_path}", "run.name=r", "run.progress=false", "run.report=false"]
+    assert run_cli(*args).returncode == 0
+    path = tmp_path / "agent_loop" / "r" / file
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[-1])
+    row[field] = json.loads(value)
+    path.write_text("\n".join(lines[:-1] + [json.dumps(row)]) + "\n")
+    for proc in (run_cli(*args), subprocess.run([sys.executable, "-m", "analysis.report", str(path.parent), "--out",
+                                                 str(tmp_path / "report")], capture_output=True, text=True)):
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        [line] = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert f"{file} line {len(lines)}" in line and f"field {field!r}" in line
