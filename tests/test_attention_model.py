@@ -26,7 +26,7 @@ def test_probe_equals_naive_attention_on_the_embedded_model(tmp_path: Path):
     cfg = make_cfg(*SHORT, "condition=[status_tail]", "probe.attention=true", "probe.chunk_size=3")
     backend = make_backend(cfg.model, cfg.backend)
     sample = first_steps(cfg)[0]
-    arrays = RunProbe(cfg.model, cfg.probe, backend, tmp_path).measure(sample, Completion(text="I will not call Xfinity again."))
+    arrays = RunProbe(cfg.model, cfg.probe, backend, tmp_path).measure_one(sample, Completion(text="I will not call Xfinity again."))
     names = [str(n) for n in arrays["regions"]]
     assert "status" in names and "call_record_3" in names
     prompt = backend.tokenizer(backend.render(sample.request), add_special_tokens=False)["input_ids"]
