@@ -120,8 +120,7 @@ def test_agent_loop_runs_on_the_offline_engine_and_reports(tmp_path):
     assert len(steps) == sum(r["steps"] for r in rollouts) and all(s["backend"] == "vllm" for s in steps)
     assert all(s["error"] is None and s["prompt_tokens"] > 0 and s["cached_prompt_tokens"] is not None for s in steps)
     report = (run_dir / "report.md").read_text()
-    for title in ("Rollouts: violations per rollout", "Thinking per step against context length",
-                  "Prompt-cache reuse per strategy"):
+    for title in ("Rollouts: violations per rollout", "Thinking tokens", "Prompt-cache reuse per strategy"):
         assert f"## {title}" in report
 
 
