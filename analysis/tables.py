@@ -176,7 +176,7 @@ def thinking_sources(g: pd.DataFrame) -> str:
     if counted.empty:
         return "n/a"
     sources = (counted["thinking_tokens_source"] if "thinking_tokens_source" in counted else pd.Series(None, index=counted.index))
-    tally = sources.fillna("unknown").astype(str).value_counts()
+    tally = sources.astype(object).fillna("unknown").astype(str).value_counts()
     return str(tally.index[0]) if len(tally) == 1 else ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
 
 

@@ -3,6 +3,7 @@ refused naming file, line and field, and nothing already written is lost or rewr
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -157,9 +158,13 @@ BAD_TRACES = [
 
 
 @pytest.mark.parametrize("row, fragment", BAD_TRACES, ids=[f[:40] for _, f in BAD_TRACES])
-def test_bad_trace_rows_are_named(tmp_path: Path, row, fragment):
+def test_bad_trace_rows_are_named(tmp_path: Path, row, fragment, request):
     path = tmp_path / "traces.jsonl"
     path.write_text(json.dumps({"messages": MESSAGES, "rule": RULE}) + "\n" + json.dumps(row) + "\n")
+    # Python's default recursion limit, as a run has it: something earlier in the session may have raised
+    # it, under which the deep row parses
+    request.addfinalizer(lambda limit=sys.getrecursionlimit(): sys.setrecursionlimit(limit))
+    sys.setrecursionlimit(1000)
     with pytest.raises(ConfigError) as err:
         scenarios.build_episodes(make_cfg("scenario=traces", f"scenario.path={path}").scenario)
     assert f"{path} line 2" in str(err.value) and fragment in str(err.value), str(err.value)
