@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from typing import Any, Optional
 
 from harness.errors import require
@@ -14,10 +15,16 @@ Message = dict[str, Any]  # OpenAI chat format: role, content, tool_calls, tool_
 RECORD_SCHEMA_VERSION = 2
 
 
+def json_default(obj: Any) -> str:
+    # an Enum by its name, as the config spells it (a Wrapper's value is a template, its str the class path)
+    return obj.name if isinstance(obj, Enum) else str(obj)
+
+
 def canonical_json(obj: Any) -> str:
     """One byte string per value: sorted keys, no whitespace, unicode kept, strict JSON (a NaN or
     infinity raises instead of writing a line other JSON readers refuse)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                      default=json_default)
 
 
 def sha256(text: str) -> str:

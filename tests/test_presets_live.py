@@ -9,7 +9,10 @@ act alike and their histories match step for step: any difference is the conditi
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +40,14 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _named(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _named(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_named(v) for v in value]
+    return value.name if isinstance(value, Enum) else value
+
+
 def _cfg(tmp_path: Path, preset: str):
     script = tmp_path / "script.jsonl"
     script.write_text((json.dumps({"text": TEXT.get(preset, "Understood; that is all I can do for now.")}) + "\n") * 200)
@@ -58,6 +69,12 @@ def test_every_preset_shows_its_mechanism_in_a_rollout_or_is_refused(tmp_path: P
     prompts = {p["prompt_sha256"]: p for p in _rows(tmp_path / "run" / "prompts.jsonl")}
     steps: dict[tuple, dict[str, dict]] = {}
     for r in _rows(tmp_path / "run" / "records.jsonl"):
+        # the record names the arm's settings as the config spells them (an enum by its name)
+        expected = _named(asdict(cfg.conditions[r["condition"]]))
+        for key, value in (expected["turn_meta"] or {}).items():
+            if value == "auto":  # the run fills it from model.* (harness.flow.plan.with_model)
+                expected["turn_meta"][key] = r["condition_config"]["turn_meta"][key]
+        assert r["condition_config"] == expected
         steps.setdefault((r["episode_id"], r["step"]), {})[r["condition"]] = prompts[r["prompt_sha256"]]
     assert steps and all(set(arms) == {"none", preset} for arms in steps.values())
     history_full = cfg.conditions[preset].history == "full"

@@ -19,7 +19,7 @@ from filelock import FileLock, Timeout
 from harness.io.files import LINK, open_nofollow, write_file
 from harness.io.jsonl import open_regular, parse_row, read_regular, stream_lines
 from harness.rundir.layout import ATTENTION_DIR, MANIFEST, PROMPTS, RECORDS, run_root
-from harness.types import Message, Record, canonical_json, sha256
+from harness.types import Message, Record, canonical_json, json_default, sha256
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class RunStore:
         _append_lines(self.dir / name, (canonical_json(r) for r in rows))
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        write_file(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=json_default))
 
     def read_manifest(self) -> dict[str, Any]:
         if not os.path.lexists(self.manifest_path):
