@@ -6,8 +6,8 @@ format scored, teacher-forced right after the generation prompt; each format's s
 beside the formats the model's own sampled answers used. Each condition is compared with the baseline
 arm on the same episodes: P in each arm (mean over episodes) and the paired difference of log-odds,
 log P - log(1 - P), averaged over episodes (replicates of an episode share a prompt, so their scores are
-one value), with a bootstrap-t interval over episodes (stats.mean_interval) and an
-exact sign-flip p. The same per `calls_made` is the headline: a bar that works lowers the violating
+one value), with the exact sign-flip p and the interval that inverts that test (stats.shift_interval;
+none below 6 episodes, where no exact 95% interval exists). The same per `calls_made` is the headline: a bar that works lowers the violating
 decision at and over the limit and leaves the control cells below it alone. The cells the report
 singles out (below, at and over the limit) have their p-values Holm-corrected together, per condition.
 A cell where P is below NEGLIGIBLE in both arms states no shift (not in the text, the table or the
@@ -103,7 +103,7 @@ def paired_log_odds(scores: pd.DataFrame, metric: str = "violate", baseline: str
                 if g.empty:
                     continue
                 d = (g[metric] - g[f"{metric}_base"]).to_numpy()
-                diff = stats.mean_interval(d, seed=seed)
+                diff = stats.shift_interval(d, seed=seed)
                 limit = g["params.limit"].iloc[0] if "params.limit" in g and g["params.limit"].nunique() == 1 else math.nan
                 prob = g[f"{metric}_prob"].mean() if f"{metric}_prob" in g else math.nan
                 prob_base = g[f"{metric}_prob_base"].mean() if f"{metric}_prob_base" in g else math.nan
@@ -392,7 +392,7 @@ def sections(df: pd.DataFrame, run_dirs: list[Path], out_dir: Path) -> list:
         return [Section("Propensity: the rule decision by likelihood",
                         text + f"No paired comparison: no `{BASELINE}` arm scored on the same episodes."), fmt_section, *controls]
     text += (f"Paired over episodes against `{BASELINE}`: the test is on the log-odds of P, log P - log(1 - P), "
-             f"with 95% {stats.MEAN_NOTE}; p = sign-flip permutation test over episodes (two-sided, exact up to "
+             f"with 95% {stats.SHIFT_NOTE}; p = sign-flip permutation test over episodes (two-sided, exact up to "
              f"{stats.EXACT_EPISODES} episodes), Holm-corrected over each condition's calls_made cells. Negative: the condition makes the "
              f"violating decision less likely. A cell whose P is below {NEGLIGIBLE:g} in both arms (mean over episodes) "
              "is not headlined nor drawn: the model does not write the scored string, so its shift says nothing about "

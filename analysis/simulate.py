@@ -101,6 +101,26 @@ def mean_coverage(reps: int, episodes: int, kind: str, *, seed: int = 0) -> floa
     return hits / reps
 
 
+SHIFTS = {  # per-episode shifts in log-odds (true shift -0.4): symmetric, heavy-tailed, skewed (lognormal, skewness 6)
+    "symmetric": lambda rng, size: rng.normal(-0.4, 0.3, size),
+    "heavy-tailed": lambda rng, size: -0.4 + 0.3 * rng.standard_t(3, size),
+    "skewed": lambda rng, size: -0.4 + 0.3 * (rng.lognormal(0, 1, size) - np.exp(0.5)),
+}
+
+
+def shift_coverage(reps: int, episodes: int, kind: str, *, seed: int = 0) -> float:
+    """Coverage of stats.shift_interval (subset means) on per-episode log-odds shifts of a kind of SHIFTS;
+    NaN where it gives no interval (below 6 episodes: no exact 95% interval exists)."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for row in SHIFTS[kind](rng, (reps, episodes)):
+        e = stats.shift_interval(row)
+        if np.isnan(e.low):
+            return float("nan")
+        hits += e.low <= -0.4 <= e.high
+    return hits / reps
+
+
 SLOPE = 1.0  # thinking tokens per prompt token in thinking_runs
 NOISE = 500.0  # thinking tokens: the sd of the episode effect and of each sample's own noise
 
@@ -205,9 +225,11 @@ def coverage_table(reps: int, sizes: tuple[int, ...] = (4, 8, 16, 20, 32)) -> li
             ("balanced-accuracy difference (Gaffke, strata)", lambda n: balanced_difference_coverage(reps, n, seed=n)),
             ("pass^1 at accuracy 0.9 (Gaffke)", lambda n: pass_k_coverage(reps, n, seed=n)),
             ("balanced accuracy (Korn-Graubard)", lambda n: headline_coverage(reps, episodes=n, seed=n)),
-            *((f"mean {kind} (bootstrap-t)", lambda n, k=kind: mean_coverage(reps, n, k, seed=n)) for kind in SKEWED)]
+            *((f"mean {kind} (bootstrap-t)", lambda n, k=kind: mean_coverage(reps, n, k, seed=n)) for kind in SKEWED),
+            *((f"paired log-odds shift, {kind} (subset means)", lambda n, k=kind: shift_coverage(reps, n, k, seed=n))
+              for kind in SHIFTS)]
     out = ["| interval: coverage at 95% | " + " | ".join(f"{n} episodes" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    out += [f"| {name} | " + " | ".join(f"{f(n):.3f}" for n in sizes) + " |" for name, f in rows]
+    out += [f"| {name} | " + " | ".join(_share(f(n)) for n in sizes) + " |" for name, f in rows]
     levels = (6, 12, 24)
     out += ["", "| slope-difference test: rejections at 0.05 under no effect | "
             + " | ".join(f"{n} episodes" for n in levels) + " |", "|---|" + "---|" * len(levels)]
@@ -215,6 +237,10 @@ def coverage_table(reps: int, sizes: tuple[int, ...] = (4, 8, 16, 20, 32)) -> li
             + " | ".join(f"{slope_difference_rejections(reps, n, truncated=t, seed=n):.3f}" for n in levels) + " |"
             for t in (0.0, 0.47)]
     return out
+
+
+def _share(x: float) -> str:
+    return "no interval" if np.isnan(x) else f"{x:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:

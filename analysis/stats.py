@@ -12,12 +12,14 @@ on runs whose truth was built, at 4 to 32 episodes (tests/test_inference_sim.py)
   violations per step): Gaffke's bound (`bounded_mean`), which cannot leave the range, is never
   zero-width, and needs no assumption past the range: at 4 episodes that all say +1 it gives
   [-0.2, +1], since a mean below -0.2 makes four +1 in a row rarer than 1 in 40;
-- means of other values (thinking tokens, attention shares, log-odds): a bootstrap-t interval over
+- means of other values (thinking tokens, attention shares): a bootstrap-t interval over
   episodes (`mean_interval`), clipped to what is possible, and no interval at all (NaN) when every
   episode shows the same value. No interval covers the mean of a long-tailed value at a few
   episodes: `analysis.simulate` measures how near this one comes;
 - two arms on the same episodes: the per-episode difference, with an exact sign-flip permutation
-  test over episodes (Monte Carlo above EXACT_EPISODES episodes);
+  test over episodes (Monte Carlo above EXACT_EPISODES episodes); where the difference has no two
+  known bounds (a shift in log-odds), the interval that inverts that test (`shift_interval`: subset
+  means, exact where the differences are symmetric, none below 6 episodes, where no exact 95% exists);
 - pass^k: the chance that k replicates of one episode all succeed (tau-bench's estimator);
 - growth: the slope of thinking tokens against prompt tokens, censored (Tobit) where a sample was cut
   at the token limit (its count is a lower bound), and the difference of two arms' slopes (their
@@ -44,6 +46,9 @@ NAN3 = (math.nan, math.nan, math.nan)
 # how the report names each interval
 BOUNDED_NOTE = ("Gaffke interval over episodes (it assumes nothing but the values' range, cannot leave it and is "
                 "never zero-width)")
+SHIFT_NOTE = ("exact interval over episodes that inverts the sign-flip test (Hartigan's subset means: it assumes "
+              "each episode's difference symmetric about the shift, as the test does; – below 6 episodes, where no "
+              "exact 95% interval exists, or where every episode shows the same difference)")
 MEAN_NOTE = f"bootstrap-t interval over episodes (t below {MIN_BOOTSTRAP_EPISODES} episodes), clipped to the possible range"
 
 
@@ -207,6 +212,34 @@ def sign_flip(d: np.ndarray, alternative: str = "two-sided", seed: int = 0, flip
                                n_resamples=2**EXACT_EPISODES if len(d) <= EXACT_EPISODES else flips or MONTE_CARLO_FLIPS,
                                rng=np.random.default_rng(seed))
     return float(res.pvalue)
+
+
+def shift_interval(d: np.ndarray, *, confidence: float = 0.95, seed: int = 0, subsets: int | None = None) -> Estimate:
+    """Mean per-episode difference of two arms on the same episodes (NaNs dropped), for differences
+    without two known bounds (log-odds), with the interval that inverts the sign-flip test: the means of
+    the 2^n - 1 non-empty subsets of the n episodes cut the line into 2^n pieces, each holding the true
+    shift with chance 2^-n wherever the differences are symmetric about it (Hartigan 1969), as the test
+    assumes; the interval runs from the k-th smallest to the k-th largest subset mean, k = the largest
+    number with 2k / 2^n <= 1 - confidence. Every subset up to EXACT_EPISODES episodes, `subsets`
+    (default MONTE_CARLO_FLIPS) random ones above (M + 1 in place of 2^n). No interval (NaN bounds)
+    where k is 0, below 6 episodes at 95% (the smallest two-sided sign-flip p at 5 is 0.0625: no exact
+    interval exists), or where every episode shows the same difference."""
+    x = np.asarray(d, float)
+    x = x[~np.isnan(x)]
+    n = len(x)
+    if n == 0:
+        return Estimate(*NAN3, 0)
+    est = float(x.mean())
+    if n <= EXACT_EPISODES:
+        masks = (np.arange(1, 2**n)[:, None] >> np.arange(n)) & 1
+    else:
+        masks = np.random.default_rng(seed).integers(0, 2, (subsets or MONTE_CARLO_FLIPS, n))
+        masks = masks[masks.any(axis=1)]
+    k = math.floor((1 - confidence) / 2 * (len(masks) + 1) + 1e-9)
+    if k == 0 or np.ptp(x) == 0:
+        return Estimate(est, math.nan, math.nan, n)
+    means = np.sort(masks @ x / masks.sum(axis=1))
+    return Estimate(est, float(means[k - 1]), float(means[-k]), n)
 
 
 def flip_method(episodes: int) -> str:

@@ -125,6 +125,35 @@ def test_mean_interval_is_bootstrap_t_from_4_episodes_and_none_without_spread():
     assert same.est == 2.0 and math.isnan(same.low) and math.isnan(same.high)
 
 
+def test_shift_interval_inverts_the_sign_flip_test_by_hand():
+    # 6 episodes: 63 subset means cut the line into 64 pieces of chance 1/64 each; k = floor(0.025 * 64) = 1,
+    # so the interval runs from the smallest subset mean to the largest: the smallest and largest value
+    d = np.array([-0.9, -0.5, -0.4, -0.2, 0.1, 0.3])
+    e = stats.shift_interval(d)
+    assert (e.est, e.low, e.high, e.episodes) == pytest.approx((d.mean(), -0.9, 0.3, 6))
+    # 8 episodes: k = floor(0.025 * 256) = 6: the 6th smallest and 6th largest of the 255 subset means
+    d = np.array([-1.2, -0.8, -0.7, -0.5, -0.3, -0.2, 0.1, 0.4])
+    means = sorted(np.mean(d[[i for i in range(8) if m >> i & 1]]) for m in range(1, 256))
+    e = stats.shift_interval(d)
+    assert (e.low, e.high) == pytest.approx((means[5], means[-6]))
+    # the interval agrees with the test: 0 is outside it exactly where the exact sign-flip p is below 0.05
+    for seed in range(40):
+        x = np.random.default_rng(seed).normal(-0.5, 0.6, 8)
+        e = stats.shift_interval(x)
+        assert (e.low <= 0 <= e.high) == (stats.sign_flip(x) > 0.05)
+    # below 6 episodes no exact 95% interval exists (the smallest two-sided p at 5 is 2/32): none, not a guess
+    for n in (2, 3, 4, 5):
+        e = stats.shift_interval(np.linspace(-1, -0.1, n))
+        assert math.isnan(e.low) and math.isnan(e.high) and e.est == pytest.approx(-0.55)
+    same = stats.shift_interval(np.full(8, -0.3))  # no spread seen: no interval, not [-0.3, -0.3]
+    assert math.isnan(same.low)
+    # above EXACT_EPISODES: random subsets, the same construction
+    big = np.random.default_rng(3).normal(-0.4, 0.3, 40)
+    e = stats.shift_interval(big)
+    t_low, t_high = sps.ttest_1samp(big, 0).confidence_interval()
+    assert (e.low, e.high) == pytest.approx((t_low, t_high), abs=0.03)
+
+
 def test_pass_hat_k_by_hand():
     c, n = np.array([4, 3, 0, 2]), np.array([4, 4, 4, 4])
     assert stats.pass_hat_k(c, n, 1).est == pytest.approx((1 + 0.75 + 0 + 0.5) / 4)
