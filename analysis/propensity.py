@@ -140,7 +140,8 @@ def decomposition(scores: pd.DataFrame, violate: pd.DataFrame | None = None) -> 
 
 def figure(table: pd.DataFrame):
     """Paired difference in log-odds of the violating decision against the baseline, per calls_made, one
-    line per condition (and run), with 95% intervals over episodes; the dashed line marks the limit."""
+    line per condition (and run), with 95% intervals over episodes (a hollow point has none); the dashed line
+    marks the limit."""
     from matplotlib.figure import Figure
 
     curve = table[table["calls_made"] != "all"]
@@ -154,8 +155,14 @@ def figure(table: pd.DataFrame):
         offsets = {s: (k - (len(palette) - 1) / 2) * 0.08 for k, s in enumerate(palette)}
         for s, g in curve.groupby(series, sort=False):
             x = g["calls_made"].astype(float) + offsets[s]
+            bare = g["diff_low"].isna().to_numpy()  # no whisker is no interval, not a precise point: drawn hollow
             ax.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_low"], g["diff_high"] - g["diff"]], marker="o",
-                        markersize=3, capsize=2, linewidth=1, color=palette[s], label=s)
+                        markersize=4, capsize=2, linewidth=1, color=palette[s], label=s,
+                        markevery=list(np.flatnonzero(~bare)))
+            ax.plot(x[bare], g["diff"][bare], "o", markersize=4, markerfacecolor="white", markeredgecolor=palette[s],
+                    markeredgewidth=1)
+        if curve["diff_low"].isna().any():
+            ax.set_title("hollow: no 95% interval (fewer than 6 episodes, or no spread)", fontsize=6)
         ax.axhline(0, color="black", linewidth=0.6)
         limits = curve["limit"].dropna().unique()
         if len(limits) == 1:

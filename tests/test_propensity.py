@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import scenarios
-from analysis.propensity import episode_scores, paired_log_odds
+from analysis.propensity import episode_scores, figure, paired_log_odds
 from harness.measure.propensity import VIOLATE, call_limit_candidates, candidate_key, encode, log_odds
 from harness.render import PromptRenderer
 from harness.types import Completion
@@ -187,3 +187,17 @@ def test_log_odds_is_stable_at_both_ends():
     assert log_odds(math.log(0.9)) == pytest.approx(math.log(9))
     assert log_odds(-1e-12) == pytest.approx(math.log(1e12), rel=1e-3)
     assert log_odds(-800.0) == pytest.approx(-800.0)
+
+
+def test_the_figure_draws_a_shift_without_an_interval_hollow_and_says_so():
+    rows = [("none", f"e{k}", c, math.log(0.5)) for k in range(8) for c in (2,)]
+    rows += [("status", f"e{k}", 2, math.log(0.2 + 0.02 * k)) for k in range(8)]
+    rows += [("none", f"f{k}", 3, math.log(0.5)) for k in range(4)] + [("status", f"f{k}", 3, math.log(0.3)) for k in range(4)]
+    t = paired_log_odds(episode_scores(_records(rows)))
+    fig = figure(t)
+    ax = fig.axes[0]
+    assert "no 95% interval" in ax.get_title()  # the 4-episode cell has none
+    hollow = [line for line in ax.lines if line.get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [3.0]
+    full = figure(t[t["calls_made"] != 3])  # every drawn cell has its interval: nothing hollow, no note
+    assert full.axes[0].get_title() == ""
