@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis import stats, tables
+from analysis import slopes, tables
 from analysis.load import LABELS, grid_columns
 from analysis.style import COLUMN_WIDTH, FULL_WIDTH, LABEL_COLORS, colors, num, paper_style
 
@@ -132,7 +132,7 @@ def thinking_vs_context(df: pd.DataFrame):
                 for cond, g in d.groupby("condition", sort=False):
                     x, y = g["prompt_tokens"].to_numpy(float), g[col].to_numpy(float)
                     ax.scatter(x, y, s=9, alpha=0.6, color=palette[cond], edgecolors="none")
-                    fit = stats.fit_slope(x, y, g["episode_id"].to_numpy(), cut=tables.censored_thinking(g).to_numpy())
+                    fit = slopes.fit_slope(x, y, g["episode_id"].to_numpy(), cut=tables.censored_thinking(g).to_numpy())
                     if col == "thinking_tokens" and not tables.thinks(g):  # the table's "not measured": no line
                         label = f"{cond}: not measured (no thinking)"
                     elif np.isfinite(fit.slope):

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from analysis import stats
+from analysis import slopes, stats
 
 ICC = 0.5
 REPLICATES = 5
@@ -149,7 +149,7 @@ def _cap(truncated: float) -> float:
 
 
 def slope_estimates(reps: int, episodes: int, truncated: float, *, censored: bool = True, seed: int = 0) -> np.ndarray:
-    """The baseline arm's thinking slope in `reps` simulated runs: stats.fit_slope with the cut samples
+    """The baseline arm's thinking slope in `reps` simulated runs: slopes.fit_slope with the cut samples
     censored, or (censored=False) with them left out, as the report did before the censored fit."""
     rng = np.random.default_rng(seed)
     out = []
@@ -157,19 +157,19 @@ def slope_estimates(reps: int, episodes: int, truncated: float, *, censored: boo
         r = thinking_runs(rng, episodes, truncated=truncated)
         a = r["arm"] == 0
         keep = a if censored else a & ~r["cut"]
-        out.append(stats.fit_slope(r["x"][keep], r["y"][keep], r["episode"][keep], cut=r["cut"][keep] if censored else None).slope)
+        out.append(slopes.fit_slope(r["x"][keep], r["y"][keep], r["episode"][keep], cut=r["cut"][keep] if censored else None).slope)
     return np.array(out)
 
 
 def slope_difference_rejections(reps: int, episodes: int, *, truncated: float = 0.0, alpha: float = 0.05,
                                 seed: int = 0) -> float:
-    """Share of simulated runs with no slope difference between the arms in which stats.slope_difference
+    """Share of simulated runs with no slope difference between the arms in which slopes.slope_difference
     rejects at `alpha`: the test's level."""
     rng = np.random.default_rng(seed)
     rejected = 0
     for _ in range(reps):
         r = thinking_runs(rng, episodes, truncated=truncated)
-        rejected += stats.slope_difference(r["x"], r["y"], r["arm"], r["episode"], cut=r["cut"]).p_value < alpha
+        rejected += slopes.slope_difference(r["x"], r["y"], r["arm"], r["episode"], cut=r["cut"]).p_value < alpha
     return rejected / reps
 
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import stats
+from analysis import slopes, stats
 from analysis.load import LABELS, grid_columns
 
 PAIR_KEYS = ("episode_id", "replicate")
@@ -204,8 +204,8 @@ def thinking(df: pd.DataFrame) -> pd.DataFrame:
             per_episode = kept.groupby("episode_id", sort=False)["thinking_tokens"]
             mean = stats.mean_interval(per_episode.mean().to_numpy(), within=(0, math.inf))
             med = stats.median_interval(per_episode.median().to_numpy())
-            slope = stats.fit_slope(ok["prompt_tokens"], ok["thinking_tokens"], ok["episode_id"].to_numpy(), cut=cut.to_numpy())
-            left_out = stats.fit_slope(kept["prompt_tokens"], kept["thinking_tokens"], kept["episode_id"].to_numpy())
+            slope = slopes.fit_slope(ok["prompt_tokens"], ok["thinking_tokens"], ok["episode_id"].to_numpy(), cut=cut.to_numpy())
+            left_out = slopes.fit_slope(kept["prompt_tokens"], kept["thinking_tokens"], kept["episode_id"].to_numpy())
             row |= {"mean": mean.est, "mean_low": mean.low, "mean_high": mean.high,
                     "median": med.est, "median_low": med.low, "median_high": med.high,
                     "slope_per_1k": slope.slope * 1000, "slope_low": slope.low * 1000, "slope_high": slope.high * 1000,
@@ -229,9 +229,9 @@ def thinking_slope_differences(df: pd.DataFrame, baseline: str | None = None) ->
             arm = ok[ok["condition"] == cond]
             both = pd.concat([base, arm])
             measured = thinks(base) and thinks(arm)
-            d = stats.slope_difference(both["prompt_tokens"], both["thinking_tokens"], (both["condition"] == cond).to_numpy(),
+            d = slopes.slope_difference(both["prompt_tokens"], both["thinking_tokens"], (both["condition"] == cond).to_numpy(),
                                        both["episode_id"].to_numpy(), cut=censored_thinking(both).to_numpy()) \
-                if measured else stats.nan_slope(len(both), 0)
+                if measured else slopes.nan_slope(len(both), 0)
             rows.append({**key, "baseline": baseline, "condition": cond, "measured": measured,
                          "episodes": both["episode_id"].nunique(), "censored": int(censored_thinking(both).sum()),
                          "diff_per_1k": d.slope * 1000, "diff_low": d.low * 1000, "diff_high": d.high * 1000, "p": d.p_value})

@@ -80,7 +80,7 @@ def test_an_echoed_key_is_redacted_everywhere(tmp_path: Path):
 def test_impossible_token_counts_are_unknown(usage):
     from openai.types import CompletionUsage
 
-    from harness.backends.openai_api import to_completion
+    from harness.backends.openai_wire import to_completion
 
     c = to_completion("hi", "", [], CompletionUsage.construct(**usage), "stop", 0.1, None)
     assert c.text == "hi" and not c.error  # the answer is kept, its counts are not guessed

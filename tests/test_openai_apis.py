@@ -14,7 +14,8 @@ import pytest
 
 from harness import progress
 from harness.backends.batch import BatchError, batch_key, stored_path
-from harness.backends.openai_api import OpenAIBackend, responses_input
+from harness.backends.openai_api import OpenAIBackend
+from harness.backends.openai_wire import responses_input
 from harness.run import first_steps
 from harness.types import GenerationSettings
 from tests.conftest import REPO, make_cfg, pin_test_model, run_cli
@@ -101,7 +102,7 @@ def test_completions_send_the_records_rendered_prompt_and_neutral_penalties_only
 
 
 def test_a_server_that_refuses_unknown_fields_takes_fewer_penalties_and_an_unknown_one_is_refused():
-    from harness.backends.openai_api import completions_kwargs
+    from harness.backends.openai_wire import completions_kwargs
     from harness.errors import ConfigError
 
     cfg = make_cfg("backend=openai", "backend.api_key_env=null", "backend.api=completions",

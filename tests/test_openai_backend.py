@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.backends.openai_api import OpenAIBackend, request_kwargs, to_completion
+from harness.backends.openai_api import OpenAIBackend
+from harness.backends.openai_wire import request_kwargs, to_completion
 from harness.types import GenerationSettings, Request
 from tests.conftest import free_port, local_server, make_cfg, run_cli
 

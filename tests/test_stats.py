@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from analysis import stats, tables
+from analysis import slopes, stats, tables
 
 Z = sps.norm.ppf(0.975)
 
@@ -188,20 +188,20 @@ def test_fit_slope_is_ols_with_a_cluster_jackknife():
     x = rng.uniform(500, 4000, 60)
     y = 0.05 * x + rng.normal(0, 20, 60)
     ref = sps.linregress(x, y)
-    res = stats.fit_slope(x, y)
+    res = slopes.fit_slope(x, y)
     assert (res.slope, res.intercept) == pytest.approx((ref.slope, ref.intercept))
     se = _jackknife_by_hand(lambda a, b: np.polyfit(a, b, 1)[0], x, y, np.arange(60))
     assert (res.low, res.high) == pytest.approx((ref.slope - sps.t.ppf(0.975, 59) * se, ref.slope + sps.t.ppf(0.975, 59) * se))
     assert res.p_value == pytest.approx(2 * sps.t.sf(ref.slope / se, 59))
     assert res.n == 60 and res.episodes == 60
     # five identical replicates of each point: the interval stays as wide, not sqrt(5) narrower
-    copies = stats.fit_slope(np.repeat(x, 5), np.repeat(y, 5), np.repeat(np.arange(60), 5))
+    copies = slopes.fit_slope(np.repeat(x, 5), np.repeat(y, 5), np.repeat(np.arange(60), 5))
     assert copies.episodes == 60 and copies.high - copies.low == pytest.approx(res.high - res.low, rel=1e-6)
-    exact = stats.fit_slope(np.array([1, 2, 3, 4.0]), np.array([3, 5, 7, 9.0]))
+    exact = slopes.fit_slope(np.array([1, 2, 3, 4.0]), np.array([3, 5, 7, 9.0]))
     assert (exact.slope, exact.intercept) == pytest.approx((2.0, 1.0))
-    flat = stats.fit_slope(np.array([1, 2, 3, 4.0]), np.zeros(4))  # the status-bar arm's hoped-for shape
+    flat = slopes.fit_slope(np.array([1, 2, 3, 4.0]), np.zeros(4))  # the status-bar arm's hoped-for shape
     assert (flat.slope, flat.low, flat.high) == pytest.approx((0.0, 0.0, 0.0))
-    assert math.isnan(stats.fit_slope(np.full(5, 3.0), np.arange(5.0)).slope)  # context length does not vary
+    assert math.isnan(slopes.fit_slope(np.full(5, 3.0), np.arange(5.0)).slope)  # context length does not vary
 
 
 def _tobit_by_hand(x: np.ndarray, y: np.ndarray, cut: np.ndarray) -> float:
@@ -225,13 +225,13 @@ def test_fit_slope_censors_truncated_samples_as_lower_bounds():
     y_true = 5 + 2 * x + rng.normal(0, 3, 40)
     cap = np.quantile(y_true, 0.6)
     cut, y = y_true >= cap, np.minimum(y_true, cap)  # 40% cut: their counts show the cap, a lower bound
-    res = stats.fit_slope(x, y, clusters, cut=cut)
+    res = slopes.fit_slope(x, y, clusters, cut=cut)
     assert res.slope == pytest.approx(_tobit_by_hand(x, y, cut), rel=1e-4)
-    se = _jackknife_by_hand(lambda a, b: stats.fit_slope(a, b, cut=cut[np.isin(x, a)]).slope, x, y, clusters)
+    se = _jackknife_by_hand(lambda a, b: slopes.fit_slope(a, b, cut=cut[np.isin(x, a)]).slope, x, y, clusters)
     assert res.high - res.slope == pytest.approx(sps.t.ppf(0.975, 9) * se, rel=1e-3)
-    left_out = stats.fit_slope(x[~cut], y[~cut], clusters[~cut])
+    left_out = slopes.fit_slope(x[~cut], y[~cut], clusters[~cut])
     assert left_out.slope < res.slope  # leaving the cut samples out flattens the line
-    assert math.isnan(stats.fit_slope(x, y, clusters, cut=np.ones(40, bool)).slope)  # nothing but lower bounds
+    assert math.isnan(slopes.fit_slope(x, y, clusters, cut=np.ones(40, bool)).slope)  # nothing but lower bounds
 
 
 def test_slope_difference_is_the_interaction():
@@ -240,17 +240,17 @@ def test_slope_difference_is_the_interaction():
     arm = np.repeat([0, 1], 30)
     y = np.where(arm == 1, 0.01, 0.2) * x + rng.normal(0, 30, 60)
     episodes = np.tile(np.arange(30), 2)  # the same episodes in both arms
-    d = stats.slope_difference(x, y, arm, episodes)
-    separate = stats.fit_slope(x[arm == 1], y[arm == 1]).slope - stats.fit_slope(x[arm == 0], y[arm == 0]).slope
+    d = slopes.slope_difference(x, y, arm, episodes)
+    separate = slopes.fit_slope(x[arm == 1], y[arm == 1]).slope - slopes.fit_slope(x[arm == 0], y[arm == 0]).slope
     assert d.slope == pytest.approx(separate) and d.episodes == 30
     assert d.low < -0.19 < d.high < 0 and d.p_value < 1e-6  # the true difference: 0.01 - 0.2
     # the jackknife by hand: the two arms' slopes refitted without each episode
-    drop = np.array([stats.fit_slope(x[(arm == 1) & (episodes != g)], y[(arm == 1) & (episodes != g)]).slope
-                     - stats.fit_slope(x[(arm == 0) & (episodes != g)], y[(arm == 0) & (episodes != g)]).slope for g in range(30)])
+    drop = np.array([slopes.fit_slope(x[(arm == 1) & (episodes != g)], y[(arm == 1) & (episodes != g)]).slope
+                     - slopes.fit_slope(x[(arm == 0) & (episodes != g)], y[(arm == 0) & (episodes != g)]).slope for g in range(30)])
     se = math.sqrt(29 / 30 * ((drop - separate) ** 2).sum())
     assert d.high - d.slope == pytest.approx(sps.t.ppf(0.975, 29) * se)
     cut = y > np.quantile(y, 0.8)
-    assert abs(stats.slope_difference(x, np.where(cut, np.quantile(y, 0.8), y), arm, episodes, cut=cut).slope + 0.19) < 0.02
+    assert abs(slopes.slope_difference(x, np.where(cut, np.quantile(y, 0.8), y), arm, episodes, cut=cut).slope + 0.19) < 0.02
 
 
 def _records(rows: list[tuple]) -> pd.DataFrame:
